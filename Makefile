@@ -1,0 +1,31 @@
+# The two commands a fresh machine needs: `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo bench install clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "needs $(PYTHON) on PATH"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the whole test suite (unit, conformance, contract, bus, scenario, end to end).
+test: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Run the embedded default: everything local, a demo workload scaling runners up and down.
+demo: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/runnerscale demo $(DEMO_ARGS)
+
+## Run the benchmarks and print their tables.
+bench: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""One package per runnerscale process (workers and the embedded-default simulators)."""

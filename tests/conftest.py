@@ -1,0 +1,17 @@
+"""Suite-wide configuration.
+
+Fixtures live in ``tests/fixtures/`` as plugins, one module per real dependency the tests start
+(nats-server, the Kubernetes API emulator, the Actions simulator), so any test directory can use
+them.
+"""
+
+import pytest
+
+pytest_plugins = [
+    "tests.fixtures.nats",
+]
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,20 @@
+import subprocess
+import sys
+
+from shared.cli import main
+
+
+def test_version_prints_installed_version(capsys):
+    assert main(["version"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out and out[0].isdigit()
+
+
+def test_unknown_command_is_usage_error(capsys):
+    assert main(["no-such-command"]) == 2
+    assert "unknown command" in capsys.readouterr().err
+
+
+def test_console_script_runs():
+    done = subprocess.run([sys.executable, "-m", "shared.cli", "version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
