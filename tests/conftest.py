@@ -9,6 +9,8 @@ import pytest
 
 pytest_plugins = [
     "tests.fixtures.nats",
+    "tests.fixtures.apiserver",
+    "tests.fixtures.actions_sim",
 ]
 
 
