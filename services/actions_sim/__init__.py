@@ -1,0 +1,1 @@
+"""A local, stateful simulator of GitHub's Actions runner scale set service (see docs/actions-sim.md)."""
