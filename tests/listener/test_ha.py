@@ -1,0 +1,119 @@
+"""Crashes and handovers: nothing a killed listener received is lost, a standby takes over in bound."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import nats
+import pytest
+
+from services.actions_sim.runner_agent import run_runner
+from shared.actions import ActionsClient, PersonalAccessToken
+from shared.bus import messages as busmsg
+from shared.bus import subjects
+from tests.listener.conftest import NAMESPACE, start_listener, wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+async def last_message(nats_url: str, subject: str) -> busmsg.BusMessage | None:
+    """The latest message on a subject, read straight from its stream."""
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        stream = subjects.DESIRED_STREAM if ".desired." in subject else subjects.JOBS_STREAM
+        try:
+            raw = await js.get_last_msg(stream.name, subject)
+        except nats.js.errors.NotFoundError:
+            return None
+        return busmsg.decode(subject, raw.data)
+    finally:
+        await nc.close()
+
+
+async def test_standby_takes_over_within_the_lease_bound(actions_sim, scale_set, make_config, bus_tap):
+    cfg = make_config(min_runners=1, max_runners=5)
+    await actions_sim.control.enqueue_jobs(count=2, labels=[scale_set.name])
+    async with anyio.create_task_group() as tg:
+        leader = await start_listener(tg, cfg, "listener-a")
+        await bus_tap.wait_for(lambda t: t.desired and t.desired[-1].replicas == 3)
+        standby = await start_listener(tg, cfg, "listener-b")
+        await wait_until(lambda: standby.health.role.value == "standby")
+        assert leader.is_leader and not standby.is_leader and standby.session_id == ""
+        assert len(await actions_sim.control.sessions()) == 1
+
+        mark = len(bus_tap.desired)
+        killed_at = time.monotonic()
+        leader.crash()
+        took_over = await bus_tap.wait_for(lambda t: [d for d in t.desired[mark:] if d.listener_epoch != leader.epoch], timeout=20)
+        elapsed = time.monotonic() - killed_at
+        settings = standby.bus_settings
+        # Bound: the lease outlives its last renewal by the TTL; the standby retries every
+        # renew interval; the session take-over and first publish add well under a second here.
+        assert elapsed <= settings.lease_ttl + settings.effective_renew_interval + 3.0, elapsed
+        first = took_over[0]
+        # The same level under a higher epoch, authoritative: no duplicate runner is asked for.
+        assert (first.replicas, first.patch_id) == (3, 0)
+        assert first.listener_epoch == standby.epoch > leader.epoch
+        sessions = await actions_sim.control.sessions()
+        assert [(s.session_id, s.owner_name) for s in sessions] == [(standby.session_id, "listener-b")]
+        assert all(d.replicas == 3 for d in bus_tap.desired)
+        tg.cancel_scope.cancel()
+
+
+async def test_killed_between_receiving_and_publishing_loses_nothing(actions_sim, scale_set, make_config, nats_server):
+    # A lease long enough that the leader is still leading (retrying its publish) when killed.
+    cfg = make_config(min_runners=1, max_runners=5, ha={"lease_ttl_seconds": 6, "renew_interval_seconds": 0.5})
+    async with ActionsClient.from_config(actions_sim.config_url(), PersonalAccessToken(actions_sim.pat)) as client:
+        jit = await client.generate_jit_config(scale_set.id, "arc-runners-kill1")
+    async with anyio.create_task_group() as runners:
+        async with anyio.create_task_group() as tg:
+            victim = await start_listener(tg, cfg, "listener-a")
+            await actions_sim.control.enqueue_jobs(count=1, labels=[scale_set.name], duration=60)
+            await wait_until(lambda: desired_replicas_is(nats_server.url, scale_set.name, 2))
+            nats_server.stop()  # from here on every publish fails: nothing can be acknowledged
+            await actions_sim.control.clear_requests()
+            runners.start_soon(run_runner, None, jit.encoded_jit_config)  # takes the job: JobStarted
+
+            async def delivered() -> bool:
+                requests = await actions_sim.control.requests()
+                return any(r.endpoint == "get_message" and r.status == 200 for r in requests)
+
+            await wait_until(delivered)
+            unacked = [m for m in await actions_sim.control.messages(scale_set.id) if not m.acked]
+            assert len(unacked) == 1 and "JobStarted" in unacked[0].body  # received, not acknowledged
+            victim.crash()
+        nats_server.start()
+        async with anyio.create_task_group() as tg:
+            successor = await start_listener(tg, cfg, "listener-b")
+            # The successor gets the unacknowledged message again and publishes its effect.
+            started = await wait_until(lambda: last_message(nats_server.url, subjects.job_started_subject(NAMESPACE, scale_set.name)), timeout=30)
+            assert (started.runner_name, started.listener_epoch) == ("arc-runners-kill1", successor.epoch)
+            await wait_until(lambda: all_acked(actions_sim, scale_set.id), timeout=10)
+            assert await desired_replicas_is(nats_server.url, scale_set.name, 2)
+            tg.cancel_scope.cancel()
+        runners.cancel_scope.cancel()
+
+
+async def desired_replicas_is(nats_url: str, ers_name: str, replicas: int) -> bool:
+    state = await last_message(nats_url, subjects.desired_subject(NAMESPACE, ers_name))
+    return state is not None and state.replicas == replicas
+
+
+async def all_acked(actions_sim, scale_set_id: int) -> bool:
+    messages = await actions_sim.control.messages(scale_set_id)
+    return bool(messages) and all(m.acked for m in messages)
+
+
+async def test_waits_for_nats_at_start_up(actions_sim, scale_set, make_config, nats_server):
+    cfg = make_config(min_runners=1)
+    nats_server.stop()
+    async with anyio.create_task_group() as tg:
+        listener = await start_listener(tg, cfg, "listener-0")
+        await wait_until(lambda: listener.health.last_progress is not None)
+        assert listener.session_id == "" and await actions_sim.control.sessions() == []
+        nats_server.start()
+        await wait_until(lambda: desired_replicas_is(nats_server.url, scale_set.name, 1), timeout=20)
+        assert listener.is_leader
+        tg.cancel_scope.cancel()
