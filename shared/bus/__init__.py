@@ -1,0 +1,42 @@
+"""The bus: typed messages over NATS JetStream, and leases in NATS KV for horizontal scale.
+
+Import modules, not names, at call sites (``from shared.bus import subjects``), or use the few
+names re-exported here.
+"""
+
+from shared.bus.bus import Bus, Delivery, Handler, PublishAck
+from shared.bus.errors import (
+    BusConfigConflict,
+    BusError,
+    BusUnavailable,
+    InvalidResourceName,
+    MalformedMessage,
+    NotOwner,
+    OutboxFull,
+    PublishFailed,
+    SettingsError,
+    UnknownSchemaVersion,
+)
+from shared.bus.leases import LeaderLease, ShardChange, ShardOwnership, Term
+from shared.bus.messages import (
+    BusMessage,
+    DesiredState,
+    JobCompleted,
+    JobStarted,
+    JobStatistics,
+    ResourceChanged,
+    ResourceRef,
+    RevisionApplied,
+    RevisionPublished,
+)
+from shared.bus.settings import BusSettings, add_bus_arguments, load_settings
+
+__all__ = [
+    "Bus", "Delivery", "Handler", "PublishAck",
+    "BusConfigConflict", "BusError", "BusUnavailable", "InvalidResourceName", "MalformedMessage", "NotOwner",
+    "OutboxFull", "PublishFailed", "SettingsError", "UnknownSchemaVersion",
+    "LeaderLease", "ShardChange", "ShardOwnership", "Term",
+    "BusMessage", "DesiredState", "JobCompleted", "JobStarted", "JobStatistics", "ResourceChanged", "ResourceRef",
+    "RevisionApplied", "RevisionPublished",
+    "BusSettings", "add_bus_arguments", "load_settings",
+]

@@ -1,0 +1,76 @@
+"""``runnerscale bus``: set up and inspect the bus without the NATS CLI.
+
+    runnerscale bus setup     create or check every stream and bucket (exit 1 on a conflict)
+    runnerscale bus status    streams, consumers, shard owners and leaders, as JSON lines
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import anyio
+import msgspec
+import nats.js.errors
+
+from shared.bus import subjects
+from shared.bus.bus import Bus
+from shared.bus.errors import BusError
+from shared.bus.settings import BusSettings, add_bus_arguments, load_settings
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="runnerscale bus", description="set up and inspect the NATS bus")
+    parser.add_argument("action", choices=["setup", "status"])
+    add_bus_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(args)
+        return anyio.run(_setup if args.action == "setup" else _status, settings)
+    except BusError as exc:
+        print(f"runnerscale bus: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _setup(settings: BusSettings) -> int:
+    async with Bus.connect(settings, name="runnerscale-bus-setup"):
+        pass
+    names = [s.name for s in subjects.STREAMS] + [f"KV_{b}" for b in subjects.BUCKETS]
+    print(msgspec.json.encode({"ok": True, "streams": names}).decode())
+    return 0
+
+
+async def _status(settings: BusSettings) -> int:
+    out = sys.stdout
+    async with Bus.connect(settings, name="runnerscale-bus-status", setup=False) as bus:
+        for spec in subjects.STREAMS:
+            try:
+                info = await bus.js.stream_info(spec.name)
+            except nats.js.errors.NotFoundError:
+                print(msgspec.json.encode({"stream": spec.name, "missing": True}).decode(), file=out)
+                continue
+            row = {"stream": spec.name, "messages": info.state.messages, "last_seq": info.state.last_seq}
+            print(msgspec.json.encode(row).decode(), file=out)
+            for consumer in await bus.js.consumers_info(spec.name):
+                row = {
+                    "stream": spec.name,
+                    "consumer": consumer.name,
+                    "pending": consumer.num_pending,
+                    "unacked": consumer.num_ack_pending,
+                    "redelivered": consumer.num_redelivered,
+                }
+                print(msgspec.json.encode(row).decode(), file=out)
+        for bucket in subjects.BUCKETS:
+            try:
+                kv = await bus.js.key_value(bucket)
+                keys = await kv.keys()
+            except (nats.js.errors.BucketNotFoundError, nats.js.errors.NoKeysError):
+                continue
+            for key in sorted(keys):
+                try:
+                    entry = await kv.get(key)
+                except nats.js.errors.KeyNotFoundError:
+                    continue
+                holder = msgspec.json.decode(entry.value or b"{}")
+                print(msgspec.json.encode({"bucket": bucket, "key": key, "holder": holder, "revision": entry.revision}).decode(), file=out)
+    return 0

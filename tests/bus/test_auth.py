@@ -1,0 +1,79 @@
+"""Credentials reach nats-server (user/password, token); bad ones fail clearly without leaking them."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+
+from shared.bus import Bus, BusSettings, BusUnavailable
+from tests.fixtures.nats import _free_port, nats_server_binary
+
+pytestmark = pytest.mark.anyio
+
+PASSWORD = "s3cret-pa55word"
+TOKEN = "t0ken-abcdef-123"
+
+
+def _serve(args: list[str], tmp_path) -> Iterator[str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js"), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("nats-server did not start") from None
+                time.sleep(0.05)  # polling a port with a deadline
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def password_server(tmp_path) -> Iterator[str]:
+    yield from _serve(["--user", "runnerscale", "--pass", PASSWORD], tmp_path)
+
+
+@pytest.fixture
+def token_server(tmp_path) -> Iterator[str]:
+    yield from _serve(["--auth", TOKEN], tmp_path)
+
+
+def _settings(url: str, **kw) -> BusSettings:
+    return msgspec.structs.replace(BusSettings(nats_urls=(url,), connect_timeout=1.5, reconnect_wait=0.2), **kw)
+
+
+async def test_user_and_password_connect(password_server) -> None:
+    async with Bus.connect(_settings(password_server, user="runnerscale", password=PASSWORD)) as bus:
+        assert bus.connected
+
+
+async def test_a_wrong_password_is_a_clear_error_without_the_password(password_server) -> None:
+    with pytest.raises(BusUnavailable, match="cannot connect to NATS") as err:
+        async with Bus.connect(_settings(password_server, user="runnerscale", password="wrong-password-xyz")):
+            pass
+    assert "wrong-password-xyz" not in str(err.value)
+
+
+async def test_token_connects(token_server) -> None:
+    async with Bus.connect(_settings(token_server, token=TOKEN)) as bus:
+        assert bus.connected
+
+
+async def test_missing_token_is_refused(token_server) -> None:
+    with pytest.raises(BusUnavailable):
+        async with Bus.connect(_settings(token_server)):
+            pass

@@ -1,0 +1,121 @@
+"""Streams, consumers and buckets are created idempotently; a conflicting existing one is an error."""
+
+import msgspec
+import nats
+import pytest
+
+from shared.bus import Bus, BusConfigConflict, BusUnavailable, LeaderLease, ShardOwnership, subjects
+from shared.bus.bus import consumer_config, stream_config
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_setup_is_idempotent_and_creates_everything(bus_settings) -> None:
+    async with Bus.connect(bus_settings):
+        pass
+    async with Bus.connect(bus_settings) as bus:  # second start-up: no error, no change
+        for spec in subjects.STREAMS:
+            info = await bus.js.stream_info(spec.name)
+            assert info.config.subjects == list(spec.subjects)
+        desired = await bus.js.stream_info(subjects.DESIRED_STREAM.name)
+        assert desired.config.max_msgs_per_subject == bus_settings.history
+        for bucket in subjects.BUCKETS:
+            info = await bus.js.stream_info(f"KV_{bucket}")
+            assert info.config.max_age == pytest.approx(bus_settings.lease_ttl)
+
+
+async def test_tunable_limits_are_updated_in_place(bus_settings) -> None:
+    async with Bus.connect(bus_settings):
+        pass
+    deeper = msgspec.structs.replace(bus_settings, history=25)
+    async with Bus.connect(deeper) as bus:
+        info = await bus.js.stream_info(subjects.DESIRED_STREAM.name)
+        assert info.config.max_msgs_per_subject == 25
+
+
+async def test_a_stream_with_other_subjects_is_a_startup_error(bus_settings, nats_server) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=subjects.DESIRED_STREAM.name, subjects=["somebody.else.>"])
+    finally:
+        await nc.close()
+    with pytest.raises(BusConfigConflict, match="RUNNERSCALE_DESIRED.*subjects"):
+        async with Bus.connect(bus_settings):
+            pass
+
+
+async def test_a_stream_with_other_retention_is_a_startup_error(bus_settings, nats_server) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        config = stream_config(subjects.JOBS_STREAM, bus_settings)
+        config.retention = nats.js.api.RetentionPolicy.WORK_QUEUE
+        await nc.jetstream().add_stream(config)
+    finally:
+        await nc.close()
+    with pytest.raises(BusConfigConflict, match="retention"):
+        async with Bus.connect(bus_settings):
+            pass
+
+
+async def test_a_lease_bucket_with_another_ttl_is_a_startup_error(bus_settings) -> None:
+    async with Bus.connect(bus_settings):
+        pass
+    longer = msgspec.structs.replace(bus_settings, lease_ttl=30.0, renew_interval=0)
+    with pytest.raises(BusConfigConflict, match="ttl"):
+        async with Bus.connect(longer):
+            pass
+
+
+async def test_an_existing_consumer_with_other_filters_is_an_error(bus_settings) -> None:
+    async with Bus.connect(bus_settings) as bus:
+        await bus.js.add_consumer(
+            subjects.DESIRED_STREAM.name, durable_name=subjects.RUNNER_SET_DESIRED.durable, filter_subject="runnerscale.desired.x.>"
+        )
+
+        async def never(delivery) -> None:
+            raise AssertionError("unreachable")
+
+        with pytest.raises(BusConfigConflict, match="filter_subject"):
+            await bus.consume(subjects.RUNNER_SET_DESIRED, never)
+
+
+async def test_unreachable_nats_is_a_clear_startup_error(bus_settings, nats_server) -> None:
+    nats_server.stop()
+    unreachable = msgspec.structs.replace(bus_settings, connect_timeout=1.0)
+    with pytest.raises(BusUnavailable, match="cannot connect to NATS"):
+        async with Bus.connect(unreachable):
+            pass
+
+
+async def test_an_error_inside_the_blocks_propagates_as_itself(bus_settings) -> None:
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom):
+        async with Bus.connect(bus_settings) as bus:
+            async with ShardOwnership.join(bus, "g", replica_id="r"):
+                raise Boom
+    with pytest.raises(Boom):
+        async with Bus.connect(bus_settings) as bus:
+            async with LeaderLease.join(bus, "leader.x", replica_id="r"):
+                raise Boom
+
+
+async def test_clustered_replicas_on_a_single_server_are_refused_clearly(bus_settings) -> None:
+    three = msgspec.structs.replace(bus_settings, stream_replicas=3)
+    with pytest.raises(BusConfigConflict, match="(?i)replica"):
+        async with Bus.connect(three):
+            pass
+
+
+async def test_a_consumer_with_new_redelivery_bounds_is_updated_in_place(bus_settings) -> None:
+    RUNNER_SET_DESIRED = subjects.RUNNER_SET_DESIRED
+    async with Bus.connect(bus_settings) as bus:
+        old = msgspec.structs.replace(RUNNER_SET_DESIRED, max_deliver=3, ack_wait_seconds=10.0)
+        new = msgspec.structs.replace(RUNNER_SET_DESIRED, max_deliver=7, ack_wait_seconds=20.0)
+        for spec in (old, new):
+            await bus._ensure_consumer(spec.stream, consumer_config(spec, spec.durable, inactive_threshold=None))
+        info = await bus.js.consumer_info(RUNNER_SET_DESIRED.stream, RUNNER_SET_DESIRED.durable)
+        assert info.config.max_deliver == 8  # ours + 1: we terminate at 7 ourselves
+        assert info.config.ack_wait == pytest.approx(20.0)
