@@ -1,0 +1,68 @@
+"""Controller metrics with controller-runtime's names, created once per Prometheus registry.
+
+Several controllers in one process share the collectors (label ``controller`` tells them apart),
+because a registry refuses a second collector of the same name.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class ControllerMetrics:
+    reconcile_total: Counter  # controller, result = success | error | requeue | requeue_after
+    reconcile_errors_total: Counter
+    reconcile_time_seconds: Histogram
+    active_workers: Gauge
+    max_concurrent_reconciles: Gauge
+    queue_depth: Gauge  # workqueue_depth{name=<controller>}
+    queue_adds_total: Counter
+    queue_retries_total: Counter
+    skipped_total: Counter  # keys not owned by this replica
+
+
+_lock = threading.Lock()
+_by_registry: dict[int, tuple[CollectorRegistry, ControllerMetrics]] = {}
+
+
+def controller_metrics(registry: CollectorRegistry | None = None) -> ControllerMetrics:
+    registry = registry or REGISTRY
+    with _lock:
+        found = _by_registry.get(id(registry))
+        if found is not None and found[0] is registry:
+            return found[1]
+        metrics = ControllerMetrics(
+            reconcile_total=Counter(
+                "controller_runtime_reconcile_total", "Total number of reconciliations per controller", ["controller", "result"], registry=registry
+            ),
+            reconcile_errors_total=Counter(
+                "controller_runtime_reconcile_errors_total", "Total number of reconciliation errors per controller", ["controller"], registry=registry
+            ),
+            reconcile_time_seconds=Histogram(
+                "controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+                ["controller"],
+                buckets=RECONCILE_BUCKETS,
+                registry=registry,
+            ),
+            active_workers=Gauge(
+                "controller_runtime_active_workers", "Number of currently used workers per controller", ["controller"], registry=registry
+            ),
+            max_concurrent_reconciles=Gauge(
+                "controller_runtime_max_concurrent_reconciles", "Maximum number of concurrent reconciles per controller", ["controller"], registry=registry
+            ),
+            queue_depth=Gauge("workqueue_depth", "Current depth of workqueue", ["controller", "name"], registry=registry),
+            queue_adds_total=Counter("workqueue_adds_total", "Total number of adds handled by workqueue", ["controller", "name"], registry=registry),
+            queue_retries_total=Counter("workqueue_retries_total", "Total number of retries handled by workqueue", ["controller", "name"], registry=registry),
+            skipped_total=Counter(
+                "runnerscale_controller_skipped_total", "Keys skipped because another replica owns them", ["controller"], registry=registry
+            ),
+        )
+        _by_registry[id(registry)] = (registry, metrics)
+        return metrics
