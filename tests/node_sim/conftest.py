@@ -1,0 +1,20 @@
+"""Fixtures of the node simulator tests (helpers live in ``helpers.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from services.node_sim.kube import KubeRest
+
+
+@pytest.fixture
+async def kube(kube_api: Any) -> AsyncIterator[KubeRest]:
+    """Raw JSON access to the API under test (the node sim's own thin client)."""
+    k = await KubeRest.from_kubeconfig(kube_api.kubeconfig)
+    try:
+        yield k
+    finally:
+        await k.close()

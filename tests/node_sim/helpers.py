@@ -1,0 +1,118 @@
+"""Helpers for the node simulator tests: an in-process node sim, raw API access, waits."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from services.node_sim.kube import KubeRest
+from services.node_sim.node import NodeSim, NodeSimConfig
+
+Obj = dict[str, Any]
+
+
+def node_config(kube_api: Any, namespace: str, tmp_path: Path, **overrides: Any) -> NodeSimConfig:
+    """Fast knobs for tests: short retries, backoffs and grace cap."""
+    base: dict[str, Any] = dict(
+        kubeconfig=str(kube_api.kubeconfig),
+        namespace=namespace,
+        state_dir=str(tmp_path / "node-state"),
+        retry_interval=0.2,
+        restart_backoff_base=0.2,
+        restart_backoff_max=1.0,
+        max_grace_seconds=5.0,
+    )
+    base.update(overrides)
+    return NodeSimConfig(**base)
+
+
+class Lines:
+    """Collects the node sim's forwarded process output."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+
+
+@asynccontextmanager
+async def running_node(config: NodeSimConfig, output: Callable[[str], None] | None = None) -> AsyncIterator[NodeSim]:
+    node = NodeSim(config, output=output or Lines())
+    async with anyio.create_task_group() as tg:
+        await tg.start(node.run)
+        with anyio.fail_after(10):
+            await node.synced.wait()
+        yield node
+        tg.cancel_scope.cancel()
+
+
+async def create(kube: KubeRest, namespace: str, plural: str, body: Obj) -> Obj:
+    return await kube.request("POST", f"/api/v1/namespaces/{namespace}/{plural}", body=body)
+
+
+async def create_secret(kube: KubeRest, namespace: str, name: str, data: dict[str, str]) -> Obj:
+    enc = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    return await create(kube, namespace, "secrets", {"metadata": {"name": name}, "data": enc})
+
+
+def pod_body(name: str, *, containers: list[Obj], restart_policy: str = "Always", annotations: dict[str, str] | None = None, **spec: Any) -> Obj:
+    return {
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {"containers": containers, "restartPolicy": restart_policy, **spec},
+    }
+
+
+async def wait_pod(kube: KubeRest, namespace: str, name: str, predicate: Callable[[Obj], bool], timeout: float = 15.0, what: str = "") -> Obj:
+    """Poll the pod until ``predicate`` holds (a bounded wait on a condition)."""
+    last: Obj | None = None
+    try:
+        with anyio.fail_after(timeout):
+            while True:
+                last = await kube.get("pods", namespace, name)
+                if last is not None and predicate(last):
+                    return last
+                await anyio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"pod {namespace}/{name}: {what or 'condition'} not reached in {timeout}s; last: {last and last.get('status')}") from None
+
+
+async def wait_gone(kube: KubeRest, namespace: str, name: str, timeout: float = 15.0) -> None:
+    with anyio.fail_after(timeout):
+        while await kube.get("pods", namespace, name) is not None:
+            await anyio.sleep(0.05)
+
+
+async def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    try:
+        with anyio.fail_after(timeout):
+            while True:
+                value = predicate()
+                if hasattr(value, "__await__"):
+                    value = await value
+                if value:
+                    return value
+                await anyio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"{what} not reached in {timeout}s") from None
+
+
+def phase(pod: Obj) -> str:
+    return (pod.get("status") or {}).get("phase", "")
+
+
+def cstatus(pod: Obj, name: str | None = None) -> Obj:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for s in statuses:
+        if name is None or s.get("name") == name:
+            return s
+    return {}
+
+
+def conditions(pod: Obj) -> dict[str, Obj]:
+    return {c["type"]: c for c in (pod.get("status") or {}).get("conditions") or []}

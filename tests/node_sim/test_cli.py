@@ -1,0 +1,50 @@
+"""`runnerscale node-sim` as a process: flags, control endpoint, clean SIGTERM exit."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import aiohttp
+import anyio
+import pytest
+
+from .helpers import create, phase, pod_body, wait_pod, wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_cli_runs_pods_and_stops_on_sigterm(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+    argv = [
+        sys.executable, "-m", "shared.cli", "node-sim",
+        "--kubeconfig", str(kube_api.kubeconfig), "--namespace", namespace, "--node-name", "cli-node",
+        "--control-port", "0", "--state-dir", str(tmp_path / "state"), "--log-level", "warning",
+    ]  # fmt: skip
+    proc = await anyio.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        with anyio.fail_after(15):
+            line = (await proc.stdout.receive()).decode()
+        assert line.startswith("control http://127.0.0.1:")
+        base = line.split()[1]
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+
+            async def synced() -> bool:
+                async with http.get(base + "/healthz") as resp:
+                    return bool((await resp.json())["synced"])
+
+            await wait_until(synced, what="node sim synced")
+        await create(kube, namespace, "pods", pod_body("p", containers=[{"name": "c", "image": "busybox"}]))
+        pod = await wait_pod(kube, namespace, "p", lambda p: phase(p) == "Running", what="Running")
+        assert pod["spec"]["nodeName"] == "cli-node"
+
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(10):
+            assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
