@@ -1,0 +1,132 @@
+"""Shared pieces of the black-box conformance suite: a raw HTTP client for ``kube_api.url`` and
+the suite's test CRDs (installed once per session over the API, so a real cluster works too)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from tests.fixtures.apiserver import KubeApi
+
+DATA = Path(__file__).parent / "data"
+GROUP = "conformance.runnerscale.dev"
+WIDGETS = f"/apis/{GROUP}/v1"
+
+
+def widgets(ns: str, name: str = "", sub: str = "") -> str:
+    path = f"{WIDGETS}/namespaces/{ns}/widgets"
+    return path + (f"/{name}" if name else "") + (f"/{sub}" if sub else "")
+
+
+def gadgets(ns: str, name: str = "") -> str:
+    return f"{WIDGETS}/namespaces/{ns}/gadgets" + (f"/{name}" if name else "")
+
+
+def core(ns: str, plural: str, name: str = "", sub: str = "") -> str:
+    path = f"/api/v1/namespaces/{ns}/{plural}"
+    return path + (f"/{name}" if name else "") + (f"/{sub}" if sub else "")
+
+
+def widget(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": name}, "spec": spec}
+
+
+class Http:
+    """A thin JSON client over aiohttp; every call has a timeout and returns (status, body)."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+        self.session = session
+        self.base = base
+
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", params: dict[str, str] | None = None, raw: bytes | None = None
+    ) -> tuple[int, Any]:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        async with self.session.request(method, self.base + path, data=data, headers=headers, params=params) as resp:
+            text = await resp.text()
+            try:
+                return resp.status, json.loads(text) if text else None
+            except json.JSONDecodeError:
+                return resp.status, text
+
+    async def get(self, path: str, **params: str) -> tuple[int, Any]:
+        return await self.request("GET", path, params=params or None)
+
+    async def post(self, path: str, body: Any, **params: str) -> tuple[int, Any]:
+        return await self.request("POST", path, body, params=params or None)
+
+    async def put(self, path: str, body: Any) -> tuple[int, Any]:
+        return await self.request("PUT", path, body)
+
+    async def patch(self, path: str, body: Any, content_type: str = "application/merge-patch+json") -> tuple[int, Any]:
+        return await self.request("PATCH", path, body, content_type=content_type)
+
+    async def delete(self, path: str, body: Any = None, **params: str) -> tuple[int, Any]:
+        return await self.request("DELETE", path, body, params=params or None)
+
+    async def create(self, path: str, body: Any) -> dict[str, Any]:
+        status, obj = await self.post(path, body)
+        assert status == 201, (status, obj)
+        return obj
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_crds(kube_api: KubeApi) -> None:
+    """Install the suite's CRDs once (idempotent) and wait until they are served."""
+    for doc in yaml.safe_load_all((DATA / "crds.yaml").read_text()):
+        req = urllib.request.Request(
+            kube_api.url + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            data=json.dumps(doc).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            urllib.request.urlopen(req, timeout=10).close()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:
+                raise
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(kube_api.url + WIDGETS, timeout=10) as resp:
+                names = {r["name"] for r in json.loads(resp.read())["resources"]}
+                if {"widgets", "gadgets"} <= names:
+                    return
+        except urllib.error.HTTPError:
+            pass
+        time.sleep(0.1)  # bounded poll for CRD establishment
+    raise RuntimeError("test CRDs were not served within 30 s")
+
+
+@pytest.fixture
+async def http(kube_api: KubeApi, test_crds: None) -> AsyncIterator[Http]:
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        yield Http(session, kube_api.url)
+
+
+async def watch_lines(http: Http, path: str, params: dict[str, str], count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Open a watch and collect ``count`` events (or fewer if the stream ends)."""
+    import anyio
+
+    events: list[dict[str, Any]] = []
+    with anyio.fail_after(timeout):
+        async with http.session.get(http.base + path, params={"watch": "true", **params}) as resp:
+            assert resp.status == 200
+            while len(events) < count:
+                line = await resp.content.readline()
+                if not line:
+                    break
+                events.append(json.loads(line))
+    return events

@@ -1,0 +1,185 @@
+"""Deletion, finalizers, garbage collection and namespaces (§4.3 cases 66-83)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from .conftest import GROUP, Http, core, widget, widgets
+
+pytestmark = pytest.mark.anyio
+HOLD = "test.runnerscale.dev/hold"
+
+
+async def wait_gone(http: Http, path: str, timeout: float = 10) -> None:
+    with anyio.fail_after(timeout):
+        while (await http.get(path))[0] != 404:
+            await anyio.sleep(0.02)  # polling a condition under a deadline
+
+
+def ref(owner: dict, block: bool = False) -> dict:
+    r = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]}
+    if block:
+        r["blockOwnerDeletion"] = True
+    return r
+
+
+async def test_delete_responses(http: Http, namespace: str) -> None:
+    obj = await http.create(widgets(namespace), widget("d"))
+    status, body = await http.delete(widgets(namespace, "d"))
+    assert status == 200
+    assert body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": "d", "group": GROUP, "kind": "widgets", "uid": obj["metadata"]["uid"]},
+    }
+    await http.create(core(namespace, "pods"), {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    status, body = await http.delete(core(namespace, "pods", "p"))
+    assert status == 200 and body["kind"] == "Pod" and body["metadata"]["name"] == "p"
+    status, body = await http.delete(widgets(namespace, "d"))
+    assert status == 404
+
+
+async def test_delete_with_finalizer_marks_then_removal_deletes(http: Http, namespace: str) -> None:
+    body = widget("f")
+    body["metadata"]["finalizers"] = [HOLD]
+    await http.create(widgets(namespace), body)
+    status, obj = await http.delete(widgets(namespace, "f"))
+    assert status == 200 and obj["metadata"]["deletionTimestamp"] and obj["metadata"]["deletionGracePeriodSeconds"] == 0
+    status, got = await http.get(widgets(namespace, "f"))
+    assert status == 200
+    status, err = await http.patch(widgets(namespace, "f"), {"metadata": {"finalizers": [HOLD, "test.runnerscale.dev/new"]}})
+    assert status == 422 and err["details"]["causes"][0]["reason"] == "FieldValueForbidden"
+    assert 'no new finalizers can be added if the object is being deleted, found new finalizers []string{"test.runnerscale.dev/new"}' in err["message"]
+    status, same = await http.patch(widgets(namespace, "f"), {"metadata": {"deletionTimestamp": None}})
+    assert status == 200 and same["metadata"]["deletionTimestamp"] == obj["metadata"]["deletionTimestamp"]
+    got["metadata"]["finalizers"] = []
+    got["metadata"]["resourceVersion"] = same["metadata"]["resourceVersion"]
+    status, resp = await http.put(widgets(namespace, "f"), got)
+    assert status == 200
+    status, _ = await http.get(widgets(namespace, "f"))
+    assert status == 404
+
+
+async def test_delete_options_body_beats_query(http: Http, namespace: str) -> None:
+    await http.create(widgets(namespace), widget("o"))
+    status, obj = await http.delete(widgets(namespace, "o"), {"propagationPolicy": "Orphan"}, propagationPolicy="Background")
+    assert status == 200 and "orphan" in obj["metadata"]["finalizers"]  # marked, GC will finish
+    await wait_gone(http, widgets(namespace, "o"))
+
+
+async def test_graceful_pod_deletion(http: Http, namespace: str) -> None:
+    spec = {"containers": [{"name": "c", "image": "busybox"}], "nodeName": "node-a"}
+    await http.create(core(namespace, "pods"), {"metadata": {"name": "g"}, "spec": spec})
+    status, pod = await http.delete(core(namespace, "pods", "g"))
+    assert status == 200 and pod["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert pod["metadata"]["generation"] == 2
+    status, _ = await http.get(core(namespace, "pods", "g"))
+    assert status == 200
+    status, _ = await http.delete(core(namespace, "pods", "g"), gracePeriodSeconds="0")
+    assert status == 200
+    status, _ = await http.get(core(namespace, "pods", "g"))
+    assert status == 404
+    await http.create(core(namespace, "pods"), {"metadata": {"name": "u"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    await http.delete(core(namespace, "pods", "u"))
+    assert (await http.get(core(namespace, "pods", "u")))[0] == 404  # never scheduled: removed at once
+
+
+async def test_background_gc_deletes_dependents(http: Http, namespace: str) -> None:
+    owner = await http.create(widgets(namespace), widget("owner"))
+    await http.create(core(namespace, "configmaps"), {"metadata": {"name": "dep", "ownerReferences": [ref(owner)]}})
+    body = widget("held")
+    body["metadata"].update(ownerReferences=[ref(owner)], finalizers=[HOLD])
+    await http.create(widgets(namespace), body)
+    await http.delete(widgets(namespace, "owner"))
+    assert (await http.get(widgets(namespace, "owner")))[0] == 404  # owner gone at once
+    await wait_gone(http, core(namespace, "configmaps", "dep"))
+    with anyio.fail_after(10):
+        while not (await http.get(widgets(namespace, "held")))[1]["metadata"].get("deletionTimestamp"):
+            await anyio.sleep(0.02)
+    await http.patch(widgets(namespace, "held"), {"metadata": {"finalizers": None}})
+    await wait_gone(http, widgets(namespace, "held"))
+
+
+async def test_foreground_deletion_waits_for_blocking_dependents(http: Http, namespace: str) -> None:
+    owner = await http.create(widgets(namespace), widget("fg"))
+    body = widget("child")
+    body["metadata"].update(ownerReferences=[ref(owner, block=True)], finalizers=[HOLD])
+    await http.create(widgets(namespace), body)
+    status, marked = await http.delete(widgets(namespace, "fg"), propagationPolicy="Foreground")
+    assert status == 200 and "foregroundDeletion" in marked["metadata"]["finalizers"]
+    with anyio.fail_after(10):
+        while not (await http.get(widgets(namespace, "child")))[1]["metadata"].get("deletionTimestamp"):
+            await anyio.sleep(0.02)
+    assert (await http.get(widgets(namespace, "fg")))[0] == 200  # still blocked by the child
+    await http.patch(widgets(namespace, "child"), {"metadata": {"finalizers": None}})
+    await wait_gone(http, widgets(namespace, "fg"))
+
+
+async def test_orphan_deletion_keeps_dependents(http: Http, namespace: str) -> None:
+    owner = await http.create(widgets(namespace), widget("or"))
+    await http.create(core(namespace, "configmaps"), {"metadata": {"name": "kept", "ownerReferences": [ref(owner)]}})
+    status, marked = await http.delete(widgets(namespace, "or"), {"propagationPolicy": "Orphan"})
+    assert "orphan" in marked["metadata"]["finalizers"]
+    await wait_gone(http, widgets(namespace, "or"))
+    status, cm = await http.get(core(namespace, "configmaps", "kept"))
+    assert status == 200 and not cm["metadata"].get("ownerReferences")
+
+
+async def test_two_owners_one_deleted(http: Http, namespace: str) -> None:
+    a = await http.create(widgets(namespace), widget("oa"))
+    b = await http.create(widgets(namespace), widget("ob"))
+    await http.create(core(namespace, "configmaps"), {"metadata": {"name": "two", "ownerReferences": [ref(a), ref(b)]}})
+    await http.delete(widgets(namespace, "oa"))
+    with anyio.fail_after(10):
+        while len((await http.get(core(namespace, "configmaps", "two")))[1]["metadata"]["ownerReferences"]) != 1:
+            await anyio.sleep(0.02)
+    _, cm = await http.get(core(namespace, "configmaps", "two"))
+    assert cm["metadata"]["ownerReferences"][0]["name"] == "ob"
+
+
+async def test_reference_with_wrong_uid_is_collected(http: Http, namespace: str) -> None:
+    owner = await http.create(widgets(namespace), widget("real"))
+    wrong = ref(owner)
+    wrong["uid"] = "00000000-0000-4000-8000-000000000000"
+    await http.create(core(namespace, "configmaps"), {"metadata": {"name": "orphaned", "ownerReferences": [wrong]}})
+    await wait_gone(http, core(namespace, "configmaps", "orphaned"))
+
+
+async def test_namespace_deletion(http: Http, namespace: str) -> None:
+    ns = namespace + "-del"
+    await http.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+    status, sa = await http.get(core(ns, "serviceaccounts", "default"))
+    assert status == 200
+    body = widget("w")
+    body["metadata"]["finalizers"] = [HOLD]
+    await http.create(widgets(ns), body)
+    await http.create(core(ns, "configmaps"), {"metadata": {"name": "c"}})
+    status, marked = await http.delete(f"/api/v1/namespaces/{ns}")
+    assert status == 200 and marked["status"]["phase"] == "Terminating"
+    status, err = await http.post(core(ns, "configmaps"), {"metadata": {"name": "late"}})
+    assert status == 403 and err["reason"] == "Forbidden"
+    assert err["message"] == f'configmaps "late" is forbidden: unable to create new content in namespace {ns} because it is being terminated'
+    assert err["details"]["causes"] == [{"reason": "NamespaceTerminating", "message": f"namespace {ns} is being terminated", "field": "metadata.namespace"}]
+    await wait_gone(http, core(ns, "configmaps", "c"))
+    assert (await http.get(f"/api/v1/namespaces/{ns}"))[0] == 200  # held by the widget's finalizer
+    await http.patch(widgets(ns, "w"), {"metadata": {"finalizers": None}})
+    await wait_gone(http, f"/api/v1/namespaces/{ns}")
+
+
+async def test_default_namespace_cannot_be_deleted(http: Http) -> None:
+    status, body = await http.delete("/api/v1/namespaces/default")
+    assert status == 403 and body["reason"] == "Forbidden"
+
+
+async def test_deletecollection(http: Http, namespace: str) -> None:
+    for i in range(3):
+        body = widget(f"dc{i}")
+        body["metadata"]["labels"] = {"batch": "x" if i < 2 else "y"}
+        await http.create(widgets(namespace), body)
+    status, body = await http.delete(widgets(namespace), labelSelector="batch=x")
+    assert status == 200
+    _, left = await http.get(widgets(namespace))
+    assert [i["metadata"]["name"] for i in left["items"]] == ["dc2"]
