@@ -1,0 +1,332 @@
+"""Pure decisions of the runner worker: what to do with an EphemeralRunner given its pod.
+
+Every function here is deterministic in its arguments (``now`` is passed in) and does no I/O, so
+the whole failure tree of arc-controllers.md §2.3 step 10 and §8.4 is unit-tested without servers
+(tests/unit/test_runner_worker_decide.py). The async shell (:mod:`services.runner.reconciler`)
+re-reads the objects, calls these, and performs the one write they ask for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from shared.api import EphemeralRunner, EphemeralRunnerStatus
+from shared.api.constants import RUNNER_CONTAINER_NAME, RUNNER_EXIT_CODE_VERSION_DEPRECATED
+from shared.kube.objects import Pod, kube_time
+from services.runner import jobs
+
+JsonTree = dict[str, Any]
+
+# ARC's backoff by current failure count: index = len(failures).
+ARC_FAILURE_BACKOFF: tuple[float, ...] = (0.0, 5.0, 10.0, 20.0, 40.0, 80.0)
+ARC_MAX_FAILURES = 5
+OUTDATED_MESSAGE = "Runner is deprecated"
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """Timing and limits of the runner worker (flags in :mod:`services.runner.worker`)."""
+
+    failure_backoff: tuple[float, ...] = ARC_FAILURE_BACKOFF
+    max_failures: int = ARC_MAX_FAILURES  # more failures than this → the ER is deleted (replaced)
+    job_still_running_requeue: float = 30.0  # deleting a busy runner: ask the service again after
+    removal_give_up_after: float = 600.0  # deleting, pod gone, service still says busy: give up after (0 = never)
+    pod_start_deadline: float = 900.0  # a pod not up this long after creation → delete the ER (0 = never)
+    hung_after_job_grace: float = 120.0  # runner still up this long after its job completed → delete (0 = never)
+    quota_retry: float = 30.0  # pod create forbidden by a quota: try again after
+    quota_give_up_after: float = 600.0  # ... and delete the ER once it is older than this
+    already_exists_requeue: float = 5.0  # pod create answered AlreadyExists (a deleting namesake)
+    runner_exists_requeue: float = 1.0  # JIT name collision resolved: generate again after
+    actions_call_timeout: float = 120.0  # outer deadline of one Actions step (the client has its own)
+
+    def __post_init__(self) -> None:
+        if not self.failure_backoff:
+            raise ValueError("failure_backoff needs at least one entry")
+        if any(b < 0 for b in self.failure_backoff):
+            raise ValueError("failure_backoff entries must be >= 0")
+        if self.max_failures < 0:
+            raise ValueError("max_failures must be >= 0")
+
+    def backoff_for(self, failures: int) -> float:
+        """The wait before recreating a pod after ``failures`` failures (last entry repeats)."""
+        return self.failure_backoff[min(max(failures, 0), len(self.failure_backoff) - 1)]
+
+
+# --- pod outcome (§2.3 step 10) -------------------------------------------------------------------
+
+
+class PodOutcome(StrEnum):
+    FAILED_WITHOUT_RUNNER_STATUS = "FailedWithoutRunnerStatus"  # evicted, OutOf*, died before start
+    SUCCEEDED = "Succeeded"  # runner exited 0
+    OUTDATED = "Outdated"  # runner exited 7: version deprecated
+    FAILED = "Failed"  # runner exited non-zero
+    INIT_FAILED = "InitContainerFailed"  # an init container exited non-zero
+    NO_RUNNER_STATUS = "NoRunnerStatus"  # nothing known about the runner container yet
+    ACTIVE = "Active"  # runner container waiting or running
+
+
+def classify_pod(pod: Pod) -> PodOutcome:
+    """ARC's outcome table, first match wins."""
+    status = pod.status
+    cs = status.container(RUNNER_CONTAINER_NAME)
+    terminated = cs.state.terminated if cs is not None else None
+    if status.phase == "Failed":
+        if terminated is None:
+            return PodOutcome.FAILED_WITHOUT_RUNNER_STATUS
+        return _by_exit_code(terminated.exit_code)
+    for init in status.init_container_statuses:
+        if init.state.terminated is not None and init.state.terminated.exit_code != 0:
+            return PodOutcome.INIT_FAILED
+    if cs is None:
+        return PodOutcome.NO_RUNNER_STATUS
+    if terminated is None:
+        return PodOutcome.ACTIVE
+    return _by_exit_code(terminated.exit_code)
+
+
+def _by_exit_code(code: int) -> PodOutcome:
+    if code == 0:
+        return PodOutcome.SUCCEEDED
+    if code == RUNNER_EXIT_CODE_VERSION_DEPRECATED:
+        return PodOutcome.OUTDATED
+    return PodOutcome.FAILED
+
+
+def failure_reason(pod: Pod, outcome: PodOutcome) -> tuple[str, str]:
+    """(reason, message) describing a pod failure for status and Events."""
+    status = pod.status
+    if status.reason or status.message:
+        return status.reason or outcome.value, status.message
+    cs = status.container(RUNNER_CONTAINER_NAME)
+    if outcome is PodOutcome.INIT_FAILED:
+        for init in status.init_container_statuses:
+            t = init.state.terminated
+            if t is not None and t.exit_code != 0:
+                return t.reason or "InitContainerFailed", f"init container {init.name!r} exited with code {t.exit_code}"
+    if cs is not None and cs.state.terminated is not None:
+        t = cs.state.terminated
+        return t.reason or "Error", f"runner container exited with code {t.exit_code}"
+    return outcome.value, f"pod phase {status.phase or 'unknown'} without a runner container status"
+
+
+# --- decisions ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeleteRunner:
+    """Delete the ER (its deletion path removes the runner from the service and the pod)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RecordFailure:
+    """No job: record the failed pod (status patch, unless already recorded) and delete the pod."""
+
+    pod_uid: str
+    reason: str
+    message: str
+    status_patch: JsonTree | None
+
+
+@dataclass(frozen=True)
+class MarkOutdated:
+    status_patch: JsonTree
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    status_patch: JsonTree
+    requeue_after: float | None = None
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    pass
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to write now; look again after ``requeue_after`` (None: on the next event)."""
+
+    requeue_after: float | None = None
+    why: str = ""
+
+
+Decision = DeleteRunner | RecordFailure | MarkOutdated | PatchStatus | CreatePod | Wait
+
+
+def _status(er: EphemeralRunner) -> EphemeralRunnerStatus:
+    return er.status if er.status is not None else EphemeralRunnerStatus()
+
+
+def too_many_failures(er: EphemeralRunner, settings: RunnerSettings) -> bool:
+    return len(_status(er).failures) > settings.max_failures
+
+
+def failure_patch(pod_uid: str, now: datetime, reason: str, message: str) -> JsonTree:
+    """Status merge patch recording one failed pod (keyed by UID: re-observing it is a no-op)."""
+    return {"status": {"failures": {pod_uid: kube_time(now)}, "ready": False, "reason": reason, "message": message}}
+
+
+def outdated_patch() -> JsonTree:
+    return {"status": {"phase": "Outdated", "reason": "Outdated", "message": OUTDATED_MESSAGE, "ready": False}}
+
+
+def _on_failure(er: EphemeralRunner, pod: Pod, outcome: PodOutcome, now: datetime) -> Decision:
+    reason, message = failure_reason(pod, outcome)
+    status = _status(er)
+    if status.has_job():
+        # ARC: a runner that failed while it had a job is not retried; the set replaces it.
+        return DeleteRunner("PodFailedWithJob", f"pod {pod.metadata.name} failed while running job {status.job_id}: {reason}: {message}".rstrip(": "))
+    uid = pod.metadata.uid
+    patch = None if uid in status.failures else failure_patch(uid, now, reason, message)
+    return RecordFailure(uid, reason, message, patch)
+
+
+def ready_from_pod(pod: Pod) -> bool:
+    """The status of the pod's Ready condition (the last one listed when there are several)."""
+    ready = False
+    for cond in pod.status.conditions:
+        if cond.type == "Ready":
+            ready = cond.status == "True"
+    return ready
+
+
+def run_status_patch(er: EphemeralRunner, pod: Pod) -> JsonTree | None:
+    """ARC's ``updateRunStatusFromPod``: copy phase and readiness of a live pod, None when unchanged.
+
+    A Succeeded or Failed pod phase is never copied: only the runner's exit completes a runner.
+    """
+    phase = pod.status.phase
+    if phase in ("Succeeded", "Failed"):
+        return None
+    status = _status(er)
+    ready = ready_from_pod(pod)
+    if status.phase == phase and status.ready == ready:
+        return None
+    return {"status": {"phase": phase, "ready": ready, "reason": pod.status.reason, "message": pod.status.message}}
+
+
+def _seconds_since(then: datetime | None, now: datetime) -> float | None:
+    if then is None:
+        return None
+    return (now - then).total_seconds()
+
+
+def _start_deadline(er: EphemeralRunner, pod: Pod, now: datetime, settings: RunnerSettings) -> Decision | float | None:
+    """DeleteRunner when the pod has not come up within the deadline; else the seconds left."""
+    if settings.pod_start_deadline <= 0 or _status(er).has_job():
+        return None
+    if pod.status.phase not in ("", "Pending"):
+        return None
+    cs = pod.status.container(RUNNER_CONTAINER_NAME)
+    if cs is not None and (cs.state.running is not None or cs.state.terminated is not None):
+        return None
+    age = _seconds_since(pod.metadata.creation_timestamp, now)
+    if age is None:
+        return None
+    if age >= settings.pod_start_deadline:
+        return DeleteRunner(
+            "PodStartTimeout",
+            f"pod {pod.metadata.name} did not start within {settings.pod_start_deadline:g}s (phase {pod.status.phase or 'Pending'})",
+        )
+    return settings.pod_start_deadline - age
+
+
+def _hung_after_job(er: EphemeralRunner, pod: Pod, now: datetime, settings: RunnerSettings) -> Decision | float | None:
+    """Better than ARC (ARC#4603): the service said the job completed, yet the runner has not
+    exited within the grace period → the runner is hung; delete it so the slot comes back."""
+    if settings.hung_after_job_grace <= 0:
+        return None
+    done = jobs.completed_at(er)
+    if done is None:
+        return None
+    elapsed = (now - done).total_seconds()
+    if elapsed >= settings.hung_after_job_grace:
+        return DeleteRunner(
+            "RunnerHungAfterJob",
+            f"job {_status(er).job_id} completed {elapsed:.0f}s ago but runner pod {pod.metadata.name} is still up",
+        )
+    return settings.hung_after_job_grace - elapsed
+
+
+def decide_pod(er: EphemeralRunner, pod: Pod, now: datetime, settings: RunnerSettings) -> Decision:
+    """What to do about an existing runner pod (§2.3 step 10, plus the start deadline)."""
+    outcome = classify_pod(pod)
+    if outcome is PodOutcome.SUCCEEDED:
+        return DeleteRunner("RunnerSucceeded", f"runner container of pod {pod.metadata.name} exited 0")
+    if outcome is PodOutcome.OUTDATED:
+        return MarkOutdated(outdated_patch())
+    if outcome in (PodOutcome.FAILED, PodOutcome.FAILED_WITHOUT_RUNNER_STATUS, PodOutcome.INIT_FAILED):
+        return _on_failure(er, pod, outcome, now)
+    if pod.metadata.is_deleting:
+        return Wait(why="pod is being deleted")
+    deadline = _start_deadline(er, pod, now, settings)
+    if isinstance(deadline, DeleteRunner):
+        return deadline
+    hung = _hung_after_job(er, pod, now, settings)
+    if isinstance(hung, DeleteRunner):
+        return hung
+    if hung is not None:
+        deadline = hung if deadline is None else min(deadline, hung)
+    if outcome is PodOutcome.NO_RUNNER_STATUS:
+        return Wait(deadline, "no runner container status yet")
+    patch = run_status_patch(er, pod)
+    if patch is None:
+        return Wait(deadline, "status up to date")
+    return PatchStatus(patch, deadline)
+
+
+def decide_missing_pod(er: EphemeralRunner, now: datetime, settings: RunnerSettings) -> Decision:
+    """The pod ``<ER name>`` does not exist: create it, unless that would be wrong.
+
+    Better than ARC: a runner that had a job and lost its pod is deleted (and thereby removed from
+    the service) instead of getting a new pod for a spent JIT config.
+    """
+    status = _status(er)
+    if status.has_job():
+        return DeleteRunner("PodLostWithJob", f"the runner pod disappeared while running job {status.job_id}")
+    last = status.last_failure()
+    if last is not None:
+        wait = settings.backoff_for(len(status.failures))
+        elapsed = _seconds_since(last, now) or 0.0
+        if elapsed < wait:
+            return Wait(wait - elapsed, "failure backoff")
+    return CreatePod()
+
+
+def quota_decision(er: EphemeralRunner, now: datetime, settings: RunnerSettings) -> Decision:
+    """Pod create forbidden by a ResourceQuota: retry, and give the slot back after a while."""
+    age = _seconds_since(er.metadata.creation_timestamp, now)
+    if age is not None and age >= settings.quota_give_up_after:
+        return DeleteRunner("ExceededQuota", f"pod creation forbidden by a quota for more than {settings.quota_give_up_after:g}s")
+    return Wait(settings.quota_retry, "exceeded quota")
+
+
+def invalid_pod_patch(message: str) -> JsonTree:
+    return {"status": {"phase": "Failed", "reason": "InvalidPod", "message": message, "ready": False}}
+
+
+def invalid_spec_patch(message: str) -> JsonTree:
+    return {"status": {"phase": "Failed", "reason": "InvalidSpec", "message": message, "ready": False}}
+
+
+def should_abandon_removal(deleting_since: datetime | None, pod_alive: bool, now: datetime, settings: RunnerSettings) -> bool:
+    """Deleting ER, service keeps answering JobStillRunning: stop waiting once the pod is gone and
+    ``removal_give_up_after`` has passed (the service drops offline ephemeral runners itself)."""
+    if pod_alive or settings.removal_give_up_after <= 0:
+        return False
+    waited = _seconds_since(deleting_since, now)
+    return waited is not None and waited >= settings.removal_give_up_after
+
+
+def runner_id_patch(er: EphemeralRunner, runner_id: int, runner_name: str) -> JsonTree | None:
+    status = _status(er)
+    if status.runner_id == runner_id and status.runner_name == runner_name:
+        return None
+    return {"status": {"runnerId": runner_id, "runnerName": runner_name}}

@@ -1,0 +1,501 @@
+"""The async shell of the runner worker: read authoritatively, decide (pure), write once.
+
+Every pass re-reads the EphemeralRunner with an uncached GET and every write that depends on it
+carries that read's resourceVersion (or, for deletes, the uid precondition of the object read).
+A pass runs inside :func:`retry_on_conflict`: a 409 re-reads and decides again, and a write
+without a precondition in here is refused before it is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+import anyio
+
+from shared.actions import (
+    ActionsClient,
+    ActionsError,
+    JobStillRunningError,
+    RunnerExistsError,
+    RunnerNotFoundError,
+)
+from shared.api import EphemeralRunner, EphemeralRunnerStatus, validate
+from shared.api.constants import (
+    API_VERSION,
+    KIND_EPHEMERAL_RUNNER,
+    FINALIZER_EPHEMERAL_RUNNER,
+    FINALIZER_RUNNER_REGISTRATION,
+    LABEL_RUNNER_POD,
+    RUNNER_CONTAINER_NAME,
+)
+from shared.bus.messages import JobCompleted, JobStarted
+from shared.kube import (
+    EPHEMERAL_RUNNERS,
+    PODS,
+    SECRETS,
+    AlreadyExists,
+    ApiReader,
+    DecodeFailed,
+    ApiWriter,
+    EventRecorder,
+    Forbidden,
+    Invalid,
+    InvolvedObject,
+    KubeError,
+    NotFound,
+    ObjectKey,
+    Result,
+    retry_on_conflict,
+)
+from shared.kube.objects import Pod, Secret, SecretDataError
+from shared.log import get_logger
+from services.runner import build, decide, jobs
+from services.runner.decide import RunnerSettings
+from services.runner.metrics import RunnerMetrics, runner_metrics
+
+log = get_logger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class ClientSource(Protocol):
+    """Where Actions clients come from (``shared.worker.ActionsClientPool``)."""
+
+    async def for_spec(self, namespace: str, spec: Any) -> ActionsClient: ...
+
+
+class _Stop(Exception):
+    """Internal: end this pass with ``result``."""
+
+    def __init__(self, result: Result | None) -> None:
+        self.result = result
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class RunnerReconciler:
+    """Reconciles one EphemeralRunner per call; also records job events on ER status."""
+
+    def __init__(
+        self,
+        reader: ApiReader,
+        writer: ApiWriter,
+        events: EventRecorder,
+        clients: ClientSource,
+        settings: RunnerSettings | None = None,
+        *,
+        user_agent: str = "runnerscale",
+        exclude_label_prefixes: tuple[str, ...] = (),
+        metrics: RunnerMetrics | None = None,
+        clock: Clock = utcnow,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.events = events
+        self.clients = clients
+        self.settings = settings or RunnerSettings()
+        self.user_agent = user_agent
+        self.exclude_label_prefixes = exclude_label_prefixes
+        self.metrics = metrics or runner_metrics()
+        self.clock = clock
+
+    # --- entry points ---------------------------------------------------------------------------
+
+    async def reconcile(self, key: ObjectKey) -> Result | None:
+        return await retry_on_conflict(lambda: self._pass(key))
+
+    async def _pass(self, key: ObjectKey) -> Result | None:
+        try:
+            return await self._reconcile(key)
+        except _Stop as stop:
+            return stop.result
+
+    # --- the reconcile ---------------------------------------------------------------------------
+
+    async def _reconcile(self, key: ObjectKey) -> Result | None:
+        try:
+            er = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
+        except DecodeFailed as exc:
+            # Not a crash loop: say so once on the object and wait for it to change.
+            await self.events.warning(InvolvedObject(API_VERSION, KIND_EPHEMERAL_RUNNER, key.namespace, key.name), "InvalidEphemeralRunner", str(exc))
+            log.error("undecodable EphemeralRunner; waiting for it to change", namespace=key.namespace, name=key.name, error=str(exc))
+            return None
+        if er is None:
+            return None
+        if er.metadata.is_deleting:
+            return await self._finalize(er)
+        status = er.status or EphemeralRunnerStatus()
+        if status.is_done():
+            await self._cleanup_resources(er)
+            return None
+        er = await self._ensure_finalizers(er)
+        if not status.runner_id:
+            problems = validate(er)
+            if problems:
+                message = "invalid EphemeralRunner: " + "; ".join(f"{p.path}: {p.message}" for p in problems)
+                await self.writer.patch_status(
+                    EPHEMERAL_RUNNERS, key, decide.invalid_spec_patch(message), resource_version=er.metadata.resource_version
+                )
+                await self.events.warning(er, "InvalidSpec", message)
+                return None
+        secret = await self._ensure_secret(er)
+        er = await self._ensure_runner_id(er, secret)
+        if decide.too_many_failures(er, self.settings):
+            failures = len((er.status or EphemeralRunnerStatus()).failures)
+            return await self._apply(er, None, decide.DeleteRunner("TooManyPodFailures", f"the runner pod failed {failures} times"))
+        pod = await self.reader.get_or_none(PODS, key)
+        now = self.clock()
+        decision = decide.decide_missing_pod(er, now, self.settings) if pod is None else decide.decide_pod(er, pod, now, self.settings)
+        return await self._apply(er, pod, decision)
+
+    async def _ensure_finalizers(self, er: EphemeralRunner) -> EphemeralRunner:
+        current = list(er.metadata.finalizers)
+        missing = [f for f in (FINALIZER_EPHEMERAL_RUNNER, FINALIZER_RUNNER_REGISTRATION) if f not in current]
+        if not missing:
+            return er
+        return await self.writer.patch_merge(
+            EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), {"metadata": {"finalizers": current + missing}}, resource_version=er.metadata.resource_version
+        )
+
+    # --- JIT config -------------------------------------------------------------------------------
+
+    async def _client(self, er: EphemeralRunner) -> ActionsClient:
+        try:
+            return await self.clients.for_spec(er.metadata.namespace, er.spec)
+        except Exception as exc:  # ActionsCredentialsUnavailable and friends: no secrets in the text
+            await self.events.warning(er, "ActionsCredentialsUnavailable", str(exc))
+            raise
+
+    async def _ensure_secret(self, er: EphemeralRunner) -> Secret:
+        key = EPHEMERAL_RUNNERS.key_of(er)
+        secret = await self.reader.get_or_none(SECRETS, key)
+        if secret is not None:
+            return secret
+        client = await self._client(er)
+        container = er.spec.runner_container() or {}
+        work_folder = container.get("workingDir") or ""
+        try:
+            with anyio.fail_after(self.settings.actions_call_timeout):
+                jit = await client.generate_jit_config(er.spec.runner_scale_set_id, er.metadata.name, work_folder=work_folder)
+        except RunnerExistsError:
+            self.metrics.jit_configs.labels("runner_exists").inc()
+            try:
+                with anyio.fail_after(self.settings.actions_call_timeout):
+                    result = await self._resolve_name_collision(er, client)
+            except (ActionsError, TimeoutError) as exc:
+                await self.events.warning(er, "JitConfigFailed", f"runner name already registered, and resolving that failed: {_short(exc)}")
+                raise
+            raise _Stop(result) from None
+        except (ActionsError, TimeoutError) as exc:
+            self.metrics.jit_configs.labels("error").inc()
+            await self.events.warning(er, "JitConfigFailed", f"could not generate the runner's JIT config: {_short(exc)}")
+            raise
+        if jit.runner.id <= 0 or not jit.encoded_jit_config:
+            self.metrics.jit_configs.labels("garbled").inc()
+            msg = f"the Actions service answered an unusable JIT config (runner id {jit.runner.id}, config {'present' if jit.encoded_jit_config else 'empty'})"
+            await self.events.warning(er, "JitConfigFailed", msg)
+            raise RuntimeError(msg)
+        self.metrics.jit_configs.labels("ok").inc()
+        body = build.build_jit_secret(
+            er,
+            runner_id=jit.runner.id,
+            runner_name=jit.runner.name or er.metadata.name,
+            encoded_jit_config=jit.encoded_jit_config,
+            exclude_label_prefixes=self.exclude_label_prefixes,
+        )
+        try:
+            return await self.writer.create(SECRETS, body)
+        except AlreadyExists:
+            pass
+        # Someone else (a replica that lost this key mid-pass) wrote the Secret meanwhile. Keep it
+        # only if it names the registration we just made; otherwise drop it and start over (the
+        # next pass meets RunnerExists for our registration and resolves it), so the pod never
+        # starts with a JIT config of a runner that was already removed.
+        existing = await self.reader.get(SECRETS, key)
+        try:
+            existing_id = build.parse_runner_id(existing.decoded(build.SECRET_KEY_RUNNER_ID))
+        except SecretDataError:
+            existing_id = None
+        if existing_id == jit.runner.id:
+            return existing
+        log.warning("JIT secret written concurrently for another registration; replacing it", namespace=key.namespace, name=key.name)
+        await self.writer.delete(SECRETS, key, uid=existing.metadata.uid, missing_ok=True)
+        raise _Stop(Result(requeue_after=0.0))
+
+    async def _resolve_name_collision(self, er: EphemeralRunner, client: ActionsClient) -> Result | None:
+        """ARC: RunnerExists → look the name up: gone → retry; same scale set → remove and retry;
+        another scale set → the name is taken for good: delete the ER."""
+        name = er.metadata.name
+        found = await client.get_runner_by_name(name)
+        if found is None:
+            return Result(requeue_after=self.settings.runner_exists_requeue)
+        if found.runner_scale_set_id == er.spec.runner_scale_set_id:
+            try:
+                await client.remove_runner(found.id)
+            except RunnerNotFoundError:
+                pass
+            await self.events.normal(er, "StaleRegistrationRemoved", f"runner {name} (id {found.id}) was already registered in this scale set; removed it to register again")
+            return Result(requeue_after=self.settings.runner_exists_requeue)
+        await self.events.warning(
+            er, "RunnerNameTaken", f"runner name {name} is registered in scale set {found.runner_scale_set_id}, not {er.spec.runner_scale_set_id}; deleting the EphemeralRunner"
+        )
+        await self._delete_er(er, "RunnerNameTaken")
+        return None
+
+    async def _ensure_runner_id(self, er: EphemeralRunner, secret: Secret) -> EphemeralRunner:
+        status = er.status or EphemeralRunnerStatus()
+        if status.runner_id:
+            return er
+        try:
+            runner_id = build.parse_runner_id(secret.decoded(build.SECRET_KEY_RUNNER_ID))
+            raw_name = secret.decoded(build.SECRET_KEY_RUNNER_NAME)
+        except SecretDataError:
+            runner_id, raw_name = None, None
+        if runner_id is None:
+            await self.events.warning(er, "InvalidJitSecret", f"secret {secret.metadata.name} has no usable runnerId; deleting it to register again")
+            await self.writer.delete(SECRETS, SECRETS.key_of(secret), uid=secret.metadata.uid, missing_ok=True)
+            raise _Stop(Result(requeue_after=0.0))
+        name = raw_name.decode("utf-8", "replace") if raw_name else er.metadata.name
+        patch = decide.runner_id_patch(er, runner_id, name)
+        if patch is None:
+            return er
+        return await self.writer.patch_status(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), patch, resource_version=er.metadata.resource_version)
+
+    # --- applying a decision ------------------------------------------------------------------------
+
+    async def _apply(self, er: EphemeralRunner, pod: Pod | None, decision: decide.Decision) -> Result | None:
+        key = EPHEMERAL_RUNNERS.key_of(er)
+        match decision:
+            case decide.DeleteRunner(reason=reason, message=message):
+                if reason == "RunnerSucceeded":  # the normal end of every runner: a log line, not an Event write
+                    log.info("runner finished; deleting it", namespace=er.metadata.namespace, name=er.metadata.name)
+                else:
+                    await self.events.warning(er, reason, message)
+                await self._delete_er(er, reason)
+                return None
+            case decide.RecordFailure(reason=reason, message=message, status_patch=patch):
+                assert pod is not None
+                if patch is not None:
+                    await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
+                    self.metrics.pod_failures.labels(reason or "unknown").inc()
+                    count = len((er.status or EphemeralRunnerStatus()).failures) + 1
+                    await self.events.warning(er, "RunnerPodFailed", f"pod {pod.metadata.name} failed (failure {count}; failure {self.settings.max_failures + 1} replaces the runner): {reason}: {message}".rstrip(": "))
+                if not pod.metadata.is_deleting:
+                    await self.writer.delete(PODS, key, uid=pod.metadata.uid, missing_ok=True)
+                return None
+            case decide.MarkOutdated(status_patch=patch):
+                await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
+                self.metrics.outdated.inc()
+                await self.events.warning(er, "RunnerOutdated", "the runner exited with the version-deprecated code (7); removing it from the service")
+                await self._remove_best_effort(er)
+                await self._cleanup_resources(er)
+                return None
+            case decide.PatchStatus(status_patch=patch, requeue_after=after):
+                await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
+                return Result(requeue_after=after) if after is not None else None
+            case decide.CreatePod():
+                return await self._create_pod(er)
+            case decide.Wait(requeue_after=after):
+                return Result(requeue_after=after) if after is not None else None
+        raise AssertionError(f"unknown decision {decision!r}")
+
+    async def _create_pod(self, er: EphemeralRunner) -> Result | None:
+        try:
+            body = build.build_runner_pod(er, user_agent=self.user_agent, exclude_label_prefixes=self.exclude_label_prefixes)
+        except build.PodBuildError as exc:
+            return await self._mark_failed(er, f"Failed to build the pod: {exc}")
+        try:
+            await self.writer.create(PODS, body)
+        except AlreadyExists:
+            return Result(requeue_after=self.settings.already_exists_requeue)
+        except Invalid as exc:
+            return await self._mark_failed(er, f"Failed to create the pod: {exc.message}")
+        except Forbidden as exc:
+            if "exceeded quota:" in exc.message:
+                await self.events.warning(er, "ExceededQuota", exc.message)
+                decision = decide.quota_decision(er, self.clock(), self.settings)
+                return await self._apply(er, None, decision)
+            return await self._mark_failed(er, f"Failed to create the pod: {exc.message}")
+        self.metrics.pods_created.inc()
+        return None
+
+    async def _mark_failed(self, er: EphemeralRunner, message: str) -> Result | None:
+        await self.writer.patch_status(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), decide.invalid_pod_patch(message), resource_version=er.metadata.resource_version)
+        await self.events.warning(er, "InvalidPod", message)
+        await self._remove_best_effort(er)
+        return None
+
+    async def _delete_er(self, er: EphemeralRunner, reason: str) -> None:
+        self.metrics.runners_deleted.labels(reason).inc()
+        await self.writer.delete(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), uid=er.metadata.uid, missing_ok=True)
+
+    # --- the Actions service ---------------------------------------------------------------------------
+
+    async def _local_runner_id(self, er: EphemeralRunner) -> int:
+        """The runner id this ER registered, from status, else from its JIT Secret (0: unknown)."""
+        status = er.status or EphemeralRunnerStatus()
+        if status.runner_id:
+            return status.runner_id
+        secret = await self.reader.get_or_none(SECRETS, EPHEMERAL_RUNNERS.key_of(er))
+        if secret is None:
+            return 0
+        try:
+            return build.parse_runner_id(secret.decoded(build.SECRET_KEY_RUNNER_ID)) or 0
+        except SecretDataError:
+            return 0
+
+    async def _remove_runner(self, er: EphemeralRunner) -> None:
+        """Remove the runner from the service; RunnerNotFound counts as removed.
+
+        Without a known runner id (registration may have happened while the Secret write failed)
+        the name is looked up, and only a runner of this ER's scale set is removed. If then not even
+        a client can be built (bad URL, credentials gone), nothing was registered that we could
+        remove, so the removal counts as done.
+        """
+        runner_id = await self._local_runner_id(er)
+        try:
+            client = await self.clients.for_spec(er.metadata.namespace, er.spec)
+        except Exception as exc:
+            if runner_id:
+                await self.events.warning(er, "ActionsCredentialsUnavailable", str(exc))
+                raise
+            self.metrics.service_removals.labels("not_registered").inc()
+            log.info("no Actions client for a runner that never registered; nothing to remove", namespace=er.metadata.namespace, name=er.metadata.name, error=_short(exc))
+            return
+        with anyio.fail_after(self.settings.actions_call_timeout):
+            if not runner_id:
+                found = await client.get_runner_by_name(er.metadata.name)
+                if found is None or found.runner_scale_set_id != er.spec.runner_scale_set_id:
+                    self.metrics.service_removals.labels("not_registered").inc()
+                    return
+                runner_id = found.id
+            try:
+                await client.remove_runner(runner_id)
+            except RunnerNotFoundError:
+                self.metrics.service_removals.labels("not_found").inc()
+                log.info("runner already gone from the service", namespace=er.metadata.namespace, name=er.metadata.name, runner_id=runner_id)
+                return
+        self.metrics.service_removals.labels("removed").inc()
+
+    async def _remove_best_effort(self, er: EphemeralRunner) -> None:
+        try:
+            await self._remove_runner(er)
+        except Exception as exc:  # noqa: BLE001 - best effort; the deletion path retries it
+            self.metrics.service_removals.labels("error").inc()
+            log.warning("could not remove runner from the service (retried on deletion)", namespace=er.metadata.namespace, name=er.metadata.name, error=_short(exc))
+
+    # --- deletion -----------------------------------------------------------------------------------------
+
+    async def _finalize(self, er: EphemeralRunner) -> Result | None:
+        finalizers = er.metadata.finalizers
+        if FINALIZER_RUNNER_REGISTRATION in finalizers:
+            result = await self._unregister(er)
+            if result is not None:
+                return result
+            updated = await self.writer.remove_finalizer(EPHEMERAL_RUNNERS, er, FINALIZER_RUNNER_REGISTRATION)
+            if updated is None:
+                return None
+            er = updated
+        if FINALIZER_EPHEMERAL_RUNNER in er.metadata.finalizers:
+            await self._cleanup_resources(er)
+            if er.spec.has_container_hook_configured():
+                await self._cleanup_hook_objects(er)
+            await self.writer.remove_finalizer(EPHEMERAL_RUNNERS, er, FINALIZER_EPHEMERAL_RUNNER)
+        return None
+
+    async def _pod_alive(self, er: EphemeralRunner) -> bool:
+        pod = await self.reader.get_or_none(PODS, EPHEMERAL_RUNNERS.key_of(er))
+        if pod is None or pod.metadata.is_deleting:
+            return False
+        return decide.classify_pod(pod) in (decide.PodOutcome.ACTIVE, decide.PodOutcome.NO_RUNNER_STATUS)
+
+    async def _unregister(self, er: EphemeralRunner) -> Result | None:
+        """None when the registration finalizer may go; a Result to try again later."""
+        try:
+            await self._remove_runner(er)
+            return None
+        except JobStillRunningError:
+            self.metrics.service_removals.labels("job_still_running").inc()
+            if decide.should_abandon_removal(er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock(), self.settings):
+                await self.events.warning(er, "RunnerRemovalAbandoned", "the service still reports a job on this runner but its pod is gone; releasing the EphemeralRunner")
+                return None
+            log.info("runner still has a job; removal retried later", namespace=er.metadata.namespace, name=er.metadata.name)
+            return Result(requeue_after=self.settings.job_still_running_requeue)
+        except KubeError:
+            raise
+        except Exception as exc:  # ActionsError, credentials unavailable, timeout
+            self.metrics.service_removals.labels("error").inc()
+            if decide.should_abandon_removal(er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock(), self.settings):
+                await self.events.warning(er, "RunnerRemovalAbandoned", f"could not remove the runner from the service for too long ({_short(exc)}); releasing the EphemeralRunner")
+                return None
+            await self.events.warning(er, "RunnerRemovalFailed", f"could not remove the runner from the service: {_short(exc)}")
+            raise
+
+    async def _cleanup_resources(self, er: EphemeralRunner) -> None:
+        """Delete the runner pod and the JIT Secret (uid preconditions; does not wait)."""
+        key = EPHEMERAL_RUNNERS.key_of(er)
+        pod = await self.reader.get_or_none(PODS, key)
+        if pod is not None and not pod.metadata.is_deleting and _owned_by(pod, er):
+            await self.writer.delete(PODS, key, uid=pod.metadata.uid, missing_ok=True)
+        secret = await self.reader.get_or_none(SECRETS, key)
+        if secret is not None and not secret.metadata.is_deleting and _owned_by(secret, er):
+            await self.writer.delete(SECRETS, key, uid=secret.metadata.uid, missing_ok=True)
+
+    async def _cleanup_hook_objects(self, er: EphemeralRunner) -> None:
+        selector = f"{LABEL_RUNNER_POD}={er.metadata.name}"
+        for resource in (PODS, SECRETS):
+            listed = await self.reader.list(resource, namespace=er.metadata.namespace, label_selector=selector)
+            for obj in listed.items:
+                if not obj.metadata.is_deleting:
+                    await self.writer.delete(resource, resource.key_of(obj), uid=obj.metadata.uid, missing_ok=True)
+
+    # --- job events ---------------------------------------------------------------------------------------
+
+    async def handle_job_event(self, event: JobStarted | JobCompleted) -> str:
+        """Record a job event on the matching ER's status; returns what happened (for metrics/tests).
+
+        Idempotent: duplicates and out-of-order pairs converge to the same status.
+        """
+        kind = "started" if isinstance(event, JobStarted) else "completed"
+        result = await retry_on_conflict(lambda: self._job_once(event))
+        self.metrics.job_events.labels(kind, result).inc()
+        return result
+
+    async def _job_once(self, event: JobStarted | JobCompleted) -> str:
+        key = ObjectKey(event.scale_set.namespace, event.runner_name)
+        fields = {"namespace": key.namespace, "name": key.name, "job_id": event.job_id, "runner_id": event.runner_id}
+        er = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
+        if er is None:
+            log.info("job event for an unknown EphemeralRunner; ignored", **fields)
+            return "unknown_runner"
+        why = jobs.mismatch(er, event)
+        if why is not None:
+            log.warning("job event does not match the EphemeralRunner; ignored", reason=why, **fields)
+            return "mismatch"
+        if jobs.conflicting_job(er, event):
+            log.warning("EphemeralRunner already records another job; event ignored", recorded=(er.status.job_id if er.status else ""), **fields)
+            return "other_job"
+        written = False
+        patch = jobs.job_status_patch(er, event)
+        if patch is not None:
+            er = await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
+            written = True
+        mark = jobs.completion_patch(er, event)
+        if mark is not None:
+            await self.writer.patch_merge(EPHEMERAL_RUNNERS, key, mark, resource_version=er.metadata.resource_version)
+            written = True
+        return "recorded" if written else "unchanged"
+
+
+def _owned_by(obj: Any, er: EphemeralRunner) -> bool:
+    """Not someone else's object of the same name: no owner, or this ER's uid among its owners."""
+    refs = obj.metadata.owner_references
+    return not refs or any(r.uid == er.metadata.uid for r in refs)

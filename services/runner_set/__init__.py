@@ -1,0 +1,1 @@
+"""The runner-set worker: reconciles EphemeralRunnerSets (see docs/runner-set.md)."""

@@ -1,0 +1,445 @@
+"""Pure decisions of the runner-set worker (no I/O): everything here is unit-tested without servers.
+
+- :func:`bucket_runners`: ARC's runner buckets (arc-controllers.md §2.2) plus revision facts.
+- :func:`newer_desired` / :func:`desired_patch`: ordering of listener desired states.
+- :func:`plan`: what one reconcile of a live EphemeralRunnerSet should do next.
+- :func:`plan_deletion`: what one reconcile of a deleting EphemeralRunnerSet should do next.
+- :func:`new_runner`: the EphemeralRunner object to create.
+- :func:`desired_status`: the status counts and phase.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import msgspec
+
+from shared.api import (
+    EphemeralRunner,
+    EphemeralRunnerPhase,
+    EphemeralRunnerSet,
+    EphemeralRunnerSetPhase,
+    EphemeralRunnerSetStatus,
+    ProxyConfig,
+    ProxyServerConfig,
+    runner_revision,
+    to_dict,
+)
+from shared.api.constants import (
+    ANNOTATION_ACTIONABLE_REVISION,
+    ANNOTATION_INTEGRITY_HASH,
+    ANNOTATION_PATCH_ID,
+    API_VERSION,
+    COMPONENT_RUNNER,
+    FINALIZER_EPHEMERAL_RUNNER,
+    FINALIZER_RUNNER_REGISTRATION,
+    KIND_EPHEMERAL_RUNNER_SET,
+    LABEL_COMPONENT,
+)
+from shared.bus import DesiredState
+
+# runnerscale: the listener desired state last applied to this ERS's spec.replicas/patchID, as
+# JSON {"epoch": <listenerEpoch>, "time": <message time>, "patchId": n, "replicas": n}. It is the
+# restart-safe ordering record: a desired state of an older listener epoch never overrides it.
+ANNOTATION_APPLIED_DESIRED_STATE = "actions.github.com/applied-desired-state"
+
+# A listener epoch is a NATS KV revision; it only resets if the NATS store is lost. A message
+# that is this much newer than the applied one is accepted even from a lower epoch, so a lost
+# store heals by itself (a deposed leader stops publishing long before this: lease TTL ~10 s).
+EPOCH_RESET_GRACE = dt.timedelta(seconds=120)
+
+# ERS annotations that are not copied onto runners.
+_NOT_PROPAGATED = frozenset({ANNOTATION_APPLIED_DESIRED_STATE, ANNOTATION_INTEGRITY_HASH, "kubectl.kubernetes.io/last-applied-configuration"})
+
+
+# --- buckets -------------------------------------------------------------------------------------
+
+
+def _created(er: EphemeralRunner) -> tuple[dt.datetime, str]:
+    ts = er.metadata.creation_timestamp or dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    return (ts, er.metadata.name)
+
+
+def patch_id_of(er: EphemeralRunner) -> int | None:
+    raw = er.metadata.annotations.get(ANNOTATION_PATCH_ID)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """ARC's buckets; every runner is in exactly one. Lists are oldest first."""
+
+    pending: list[EphemeralRunner] = field(default_factory=list)
+    running: list[EphemeralRunner] = field(default_factory=list)
+    finished: list[EphemeralRunner] = field(default_factory=list)
+    failed: list[EphemeralRunner] = field(default_factory=list)
+    outdated: list[EphemeralRunner] = field(default_factory=list)
+    deleting: list[EphemeralRunner] = field(default_factory=list)
+    latest_patch_id: int = 0  # max patch-id annotation over ALL runners (deleting included); 0 if none
+
+    @property
+    def scale_total(self) -> int:
+        """ARC's currentReplicas: pending + running + failed (failed ones occupy replicas)."""
+        return len(self.pending) + len(self.running) + len(self.failed)
+
+    @property
+    def scale_up_total(self) -> int:
+        """What a scale-up compares against: deleting runners count, so they are not double-replaced."""
+        return self.scale_total + len(self.deleting)
+
+    @property
+    def live(self) -> list[EphemeralRunner]:
+        """Every runner not being deleted."""
+        return [*self.pending, *self.running, *self.finished, *self.failed, *self.outdated]
+
+    @property
+    def all(self) -> list[EphemeralRunner]:
+        return [*self.live, *self.deleting]
+
+
+def bucket_runners(runners: Iterable[EphemeralRunner]) -> Buckets:
+    b = Buckets()
+    latest = 0
+    for er in sorted(runners, key=_created):
+        pid = patch_id_of(er)
+        if pid is not None and pid > latest:
+            latest = pid
+        if er.metadata.is_deleting:
+            b.deleting.append(er)
+            continue
+        phase = er.status.phase if er.status else EphemeralRunnerPhase.NONE
+        if phase == EphemeralRunnerPhase.RUNNING:
+            b.running.append(er)
+        elif phase == EphemeralRunnerPhase.SUCCEEDED:
+            b.finished.append(er)
+        elif phase == EphemeralRunnerPhase.FAILED:
+            b.failed.append(er)
+        elif phase == EphemeralRunnerPhase.OUTDATED:
+            b.outdated.append(er)
+        else:
+            b.pending.append(er)
+    return Buckets(b.pending, b.running, b.finished, b.failed, b.outdated, b.deleting, latest)
+
+
+def has_job(er: EphemeralRunner) -> bool:
+    return er.status is not None and er.status.has_job()
+
+
+def runner_id(er: EphemeralRunner) -> int:
+    return er.status.runner_id if er.status else 0
+
+
+def is_idle(er: EphemeralRunner) -> bool:
+    """Pending, or running without a job."""
+    return not has_job(er)
+
+
+def idle_candidates(b: Buckets) -> list[EphemeralRunner]:
+    """Scale-down candidates in ARC's order: pending oldest first, then running oldest first;
+    never a runner that is not registered yet (runnerId 0) or that has a job."""
+    return [er for er in (*b.pending, *b.running) if runner_id(er) != 0 and not has_job(er)]
+
+
+def stale_outdated(b: Buckets, applied_revision: int) -> list[EphemeralRunner]:
+    """Outdated runners built from a revision older than the applied one: their verdict is about
+    a spec that no longer exists, so they are deleted and replaced (seed 002)."""
+    return [er for er in b.outdated if runner_revision(er.metadata) < applied_revision]
+
+
+def current_outdated(b: Buckets, applied_revision: int) -> list[EphemeralRunner]:
+    """Outdated runners at or after the applied revision: they hold the set in the Outdated phase
+    and are NOT replaced (a fresh runner of the same spec would report Outdated again, forever)."""
+    return [er for er in b.outdated if runner_revision(er.metadata) >= applied_revision]
+
+
+# --- desired state ordering ----------------------------------------------------------------------
+
+
+class AppliedDesired(msgspec.Struct, kw_only=True, rename="camel"):
+    epoch: int
+    time: dt.datetime
+    patch_id: int = 0
+    replicas: int = 0
+
+
+def parse_applied_desired(annotations: dict[str, str]) -> AppliedDesired | None:
+    raw = annotations.get(ANNOTATION_APPLIED_DESIRED_STATE)
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw, type=AppliedDesired)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None  # a garbled record is no record: the next desired state is applied
+
+
+def _time(t: dt.datetime) -> dt.datetime:
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def supersedes(epoch: int, time: dt.datetime, applied: AppliedDesired | None) -> bool:
+    """May a desired state (``epoch``, ``time``) replace the applied one? A newer listener epoch
+    wins; within an epoch the later message wins (the stream is a level); an older epoch never
+    wins, unless it is EPOCH_RESET_GRACE newer (the NATS store, and so the epochs, were reset)."""
+    if applied is None:
+        return True
+    t, at = _time(time), _time(applied.time)
+    if epoch > applied.epoch:
+        return True
+    if epoch == applied.epoch:
+        return t >= at
+    return t > at + EPOCH_RESET_GRACE
+
+
+def newer_desired(a: DesiredState | None, b: DesiredState | None) -> DesiredState | None:
+    """The later of two desired states by (listener epoch, time)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if (b.listener_epoch, _time(b.time)) >= (a.listener_epoch, _time(a.time)):
+        return b
+    return a
+
+
+def desired_problem(msg: DesiredState) -> str | None:
+    """Why a desired state cannot be applied (bad input from the bus), or None."""
+    if msg.replicas < 0:
+        return f"replicas must be >= 0, got {msg.replicas}"
+    if msg.patch_id < 0:
+        return f"patchId must be >= 0, got {msg.patch_id}"
+    if msg.listener_epoch < 0:
+        return f"listenerEpoch must be >= 0, got {msg.listener_epoch}"
+    return None
+
+
+def desired_patch(ers: EphemeralRunnerSet, msg: DesiredState) -> dict[str, Any] | None:
+    """The merge patch that applies ``msg`` to the ERS, or None (stale, or already applied)."""
+    applied = parse_applied_desired(ers.metadata.annotations)
+    if not supersedes(msg.listener_epoch, msg.time, applied):
+        return None
+    record = AppliedDesired(epoch=msg.listener_epoch, time=_time(msg.time), patch_id=msg.patch_id, replicas=msg.replicas)
+    unchanged = ers.spec.replicas == msg.replicas and ers.spec.patch_id == msg.patch_id
+    if unchanged and applied is not None and applied.epoch == record.epoch and _time(applied.time) == record.time:
+        return None
+    return {
+        "metadata": {"annotations": {ANNOTATION_APPLIED_DESIRED_STATE: msgspec.json.encode(record).decode()}},
+        "spec": {"replicas": msg.replicas, "patchID": msg.patch_id},
+    }
+
+
+# --- plans ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One reconcile's actions, applied in this order by the controller:
+
+    1. ``delete``: delete these runners directly (terminated ones; no service call needed);
+    2. ``remove``: remove these idle runners from the Actions service, then delete them, stopping
+       after ``remove_count`` successes (``JobStillRunning`` → skip, not counted);
+    3. ``create``: create this many runners;
+    4. ``status``: status fields to merge-patch (with the read's resourceVersion), or None;
+    5. ``publish_applied``: publish RevisionApplied(revision) once the status write succeeded.
+
+    ``requeue`` asks for another reconcile soon (the next step needs post-write data).
+    """
+
+    reason: str
+    delete: list[EphemeralRunner] = field(default_factory=list)
+    remove: list[EphemeralRunner] = field(default_factory=list)
+    remove_count: int = 0
+    create: int = 0
+    status: dict[str, Any] | None = None
+    publish_applied: int | None = None
+    requeue: bool = False
+
+
+def next_cleanup_marker(current: int | None, patch_id: int) -> int | None:
+    """The finishedRunnerCleanupPatchID to record after reaping finished runners for ``patch_id``:
+    always ``patch_id``, even when lower than the current marker. Patch IDs reset to 0 when the
+    listener restarts or idles at minRunners and wrap at 2^31-1, so a marker that refused to move
+    down (a ``>=`` guard) would sit above every later patch ID and the exact-match suppression
+    would never fire again (seed 003). Returns None when nothing changes."""
+    return None if current == patch_id else patch_id
+
+
+def scale_up_suppressed(patch_id: int, marker: int | None) -> bool:
+    """Scale-up is suppressed while spec.patchID equals the cleanup marker: the gap below
+    spec.replicas was opened by reaping finished runners, not by new demand (seed 000). Patch ID 0
+    (authoritative; an idle set at minRunners) is never suppressed."""
+    return marker is not None and patch_id != 0 and marker == patch_id
+
+
+def desired_status(ers: EphemeralRunnerSet, b: Buckets, applied_revision: int) -> dict[str, Any]:
+    """Counts and phase. The phase is recomputed in both directions: Outdated while a runner at
+    the applied (or a newer) revision reports Outdated, else Running."""
+    phase = EphemeralRunnerSetPhase.OUTDATED if current_outdated(b, applied_revision) else EphemeralRunnerSetPhase.RUNNING
+    return {
+        "currentReplicas": b.scale_total,
+        "pendingEphemeralRunners": len(b.pending),
+        "runningEphemeralRunners": len(b.running),
+        "failedEphemeralRunners": len(b.failed),
+        "phase": str(phase),
+    }
+
+
+def status_diff(status: EphemeralRunnerSetStatus | None, wanted: dict[str, Any]) -> dict[str, Any] | None:
+    """The fields of ``wanted`` that differ from ``status`` (None when nothing differs)."""
+    current = to_dict(status or EphemeralRunnerSetStatus())
+    diff = {k: v for k, v in wanted.items() if current.get(k) != v}
+    return diff or None
+
+
+def plan(ers: EphemeralRunnerSet, b: Buckets) -> Plan:
+    """What one reconcile of a live (not deleting) EphemeralRunnerSet does next."""
+    spec, status = ers.spec, ers.status or EphemeralRunnerSetStatus()
+    applied = status.applied_actionable_revision
+    marker = status.finished_runner_cleanup_patch_id
+
+    # 1. Revision rollout (seeds 001/003): idle and pending runners built from an older revision
+    #    are removed (busy ones finish their job on the old spec); terminated ones of the old spec
+    #    are deleted. Only then does appliedActionableRevision advance (never backwards), the
+    #    cleanup marker is cleared and the phase recomputed against the new revision.
+    if spec.actionable_revision > applied:
+        target = spec.actionable_revision
+        old = lambda er: runner_revision(er.metadata) < target  # noqa: E731
+        terminated = [er for er in (*b.finished, *b.failed, *b.outdated) if old(er)]
+        idle_old = [er for er in (*b.pending, *b.running) if old(er) and not has_job(er)]
+        if terminated or idle_old:
+            return Plan("revision-cleanup", delete=terminated, remove=idle_old, remove_count=len(idle_old), requeue=True)
+        wanted = desired_status(ers, b, target)
+        fields = {**wanted, "appliedActionableRevision": target, "finishedRunnerCleanupPatchID": None}
+        return Plan("revision-applied", status=fields, publish_applied=target, requeue=True)
+
+    # 2. Stale Outdated runners (seed 002) are deleted; the scaling below replaces them.
+    stale = stale_outdated(b, applied)
+    if stale:
+        return Plan("stale-outdated", delete=stale, requeue=True)
+
+    status_fields = status_diff(status, desired_status(ers, b, applied))
+
+    # 3. Current Outdated runners hold the set in the Outdated phase: no scaling (a replacement
+    #    would be Outdated too); the scale-set worker decides what to do with an Outdated set.
+    if current_outdated(b, applied):
+        return Plan("outdated-hold", status=status_fields)
+
+    # 4. Scaling, per ARC's patch-ID protocol (arc-controllers.md §2.2):
+    #    patchID 0 = authoritative (up and down); new patchID = up only; same patchID = status only.
+    if spec.patch_id != 0 and spec.patch_id == b.latest_patch_id:
+        return Plan("patch-already-applied", status=status_fields)
+    if b.finished:
+        # Reap finished runners, record which patch the reaping belongs to, and decide scaling on
+        # the next reconcile against post-cleanup data (seed 000).
+        new_marker = next_cleanup_marker(marker, spec.patch_id)
+        fields = dict(status_fields or {})
+        if new_marker is not None:
+            fields["finishedRunnerCleanupPatchID"] = new_marker
+        return Plan("finished-cleanup", delete=list(b.finished), status=fields or None, requeue=True)
+    create = 0
+    if spec.replicas > b.scale_up_total and not scale_up_suppressed(spec.patch_id, marker):
+        create = spec.replicas - b.scale_up_total
+    remove: list[EphemeralRunner] = []
+    count = 0
+    if spec.patch_id == 0 and b.scale_total > spec.replicas:
+        count = b.scale_total - spec.replicas
+        remove = idle_candidates(b)
+    reason = "scale-up" if create else ("scale-down" if count else ("scale-up-suppressed" if spec.replicas > b.scale_up_total else "steady"))
+    # Deletions and creations wake the set through runner events; a scale-down that fell short
+    # (JobStillRunning, unregistered runners) waits for the next runner status change, as in ARC.
+    return Plan(reason, remove=remove, remove_count=count, create=create, status=status_fields, requeue=bool(create))
+
+
+@dataclass(frozen=True)
+class DeletionPlan:
+    """Deleting ERS: delete terminated runners, remove idle ones from the service then delete
+    them; busy runners finish their job. ``remove_finalizer`` once no runner is left at all."""
+
+    delete: list[EphemeralRunner]
+    remove: list[EphemeralRunner]
+    remove_finalizer: bool
+    waiting_for: int  # runners still present (busy, or deletion in progress)
+
+
+def plan_deletion(b: Buckets) -> DeletionPlan:
+    if not b.all:
+        return DeletionPlan([], [], True, 0)
+    terminated = [*b.finished, *b.failed, *b.outdated]
+    idle = [er for er in (*b.pending, *b.running) if not has_job(er)]
+    return DeletionPlan(terminated, idle, False, len(b.all))
+
+
+# --- the runner object ---------------------------------------------------------------------------
+
+
+def proxy_secret_data(proxy: ProxyConfig, credentials: dict[str, tuple[str, str]]) -> dict[str, str]:
+    """ARC's ``ProxyConfig.ToSecretData``: always ``http_proxy``, ``https_proxy``, ``no_proxy``;
+    credentials (from each server's credentialSecretRef) as URL user-info; a missing block is ""."""
+
+    def url(server: ProxyServerConfig | None) -> str:
+        if server is None or not server.url:
+            return ""
+        user, password = credentials.get(server.credential_secret_ref, ("", "")) if server.credential_secret_ref else ("", "")
+        if not user:
+            return server.url
+        p = urlsplit(server.url)
+        netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{p.hostname or ''}" + (f":{p.port}" if p.port else "")
+        return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
+
+    return {"http_proxy": url(proxy.http), "https_proxy": url(proxy.https), "no_proxy": ",".join(proxy.no_proxy)}
+
+
+def new_runner(ers: EphemeralRunnerSet, proxy_secret: str = "") -> dict[str, Any]:
+    """The EphemeralRunner to create (arc-controllers.md §3.3) as a JSON tree: generateName
+    ``<ers>-runner-``, owner = the ERS (controller), ARC's labels with component ``runner``, the ERS
+    annotations plus ``patch-id`` and ``actionable-revision``, ephemeralRunnerMetadata as the base,
+    both runner finalizers pre-set, spec = the ERS's ephemeralRunnerSpec verbatim."""
+    meta = ers.metadata
+    extra = ers.spec.ephemeral_runner_metadata
+    labels = {**(extra.labels if extra else {}), **meta.labels, LABEL_COMPONENT: COMPONENT_RUNNER}
+    annotations = {
+        **(extra.annotations if extra else {}),
+        **{k: v for k, v in meta.annotations.items() if k not in _NOT_PROPAGATED},
+        ANNOTATION_PATCH_ID: str(ers.spec.patch_id),
+        ANNOTATION_ACTIONABLE_REVISION: str(ers.spec.actionable_revision),
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "EphemeralRunner",
+        "metadata": {
+            "generateName": f"{meta.name}-runner-",
+            "namespace": meta.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "finalizers": [FINALIZER_EPHEMERAL_RUNNER, FINALIZER_RUNNER_REGISTRATION],
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND_EPHEMERAL_RUNNER_SET,
+                    "name": meta.name,
+                    "uid": meta.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {**msgspec.to_builtins(ers.spec.ephemeral_runner_spec), **({"proxySecretRef": proxy_secret} if proxy_secret else {})},
+    }
+
+
+def owned_by(runners: Sequence[EphemeralRunner], ers: EphemeralRunnerSet) -> list[EphemeralRunner]:
+    """Runners whose controlling owner is this ERS (by uid)."""
+    out = []
+    for er in runners:
+        ref = er.metadata.controller_reference()
+        if ref is not None and ref.kind == KIND_EPHEMERAL_RUNNER_SET and ref.uid == ers.metadata.uid:
+            out.append(er)
+    return out

@@ -1,0 +1,219 @@
+"""ActionsClientPool: one cached ActionsClient per (namespace, secret, config URL, proxy, TLS).
+
+ARC reads the GitHub secret live on every reconcile that needs credentials and caches the client
+per credentials/URL/namespace/proxy/CA (arc-controllers.md §8.14). The pool does the same:
+
+- every :meth:`ActionsClientPool.get` reads the Secret (and the proxy credential Secrets and the
+  TLS ConfigMap, when configured) with an uncached GET;
+- the client is rebuilt when any of their resourceVersions changed (a rotated token or key is used
+  at once), and the replaced client is closed;
+- :meth:`close` (called by the worker runtime on shutdown) closes every client.
+
+Errors are :class:`ActionsCredentialsUnavailable` (missing Secret, unusable keys, missing CA) so a
+reconcile can turn them into one Kubernetes Event; nothing secret is in their text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import anyio
+import msgspec
+
+from shared.actions import ActionsClient, ActionsError, ClientSettings, credentials_from_secret
+from shared.api import ObjectMeta, ProxyConfig, TLSConfig
+from shared.kube import SECRETS, ApiReader, KubeError, NotFound, ObjectKey, Resource
+from shared.log import get_logger
+
+log = get_logger(__name__)
+
+SECRET_KEYS = ("github_token", "github_app_id", "github_app_installation_id", "github_app_private_key")
+
+
+class ConfigMap(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
+    api_version: str = "v1"
+    kind: str = "ConfigMap"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    data: dict[str, str] = {}
+
+
+CONFIG_MAPS: Resource[ConfigMap] = Resource("", "v1", "configmaps", "ConfigMap", ConfigMap)
+
+
+class ActionsCredentialsUnavailable(Exception):
+    """The client cannot be built: a Secret/ConfigMap is missing or its content is unusable."""
+
+    def __init__(self, namespace: str, what: str, problem: str) -> None:
+        self.namespace = namespace
+        self.what = what
+        self.problem = problem
+        super().__init__(f"{what} in namespace {namespace}: {problem}")
+
+
+class RunnerConfigLike(Protocol):
+    """What the pool needs from an EphemeralRunnerSpec / AutoscalingRunnerSetSpec / listener spec."""
+
+    github_config_url: str
+    github_config_secret: str
+    proxy: ProxyConfig | None
+    github_server_tls: TLSConfig | None
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    namespace: str
+    secret: str
+    config_url: str
+    proxy: bytes  # encoded ProxyConfig (b"" when none)
+    tls: bytes  # encoded TLSConfig
+
+
+@dataclass
+class _Entry:
+    fingerprint: tuple[str, ...]  # resourceVersions the client was built from
+    client: ActionsClient
+
+
+def proxy_url_for(config_url: str, proxy: ProxyConfig | None, credentials: Mapping[str, tuple[str, str]]) -> str | None:
+    """The proxy URL to use for ``config_url`` (pure): https targets use ``proxy.https``, http
+    targets ``proxy.http``; a host listed in ``noProxy`` (exact, or a ``.suffix``/suffix match)
+    gets none. ``credentials`` maps a credentialSecretRef name to (username, password)."""
+    if proxy is None:
+        return None
+    parts = urlsplit(config_url)
+    host = (parts.hostname or "").lower()
+    for entry in proxy.no_proxy:
+        e = entry.strip().lower()
+        if not e:
+            continue
+        if e == "*" or host == e.lstrip(".") or host.endswith("." + e.lstrip(".")):
+            return None
+    server = proxy.https if parts.scheme == "https" else proxy.http
+    if server is None or not server.url:
+        return None
+    if not server.credential_secret_ref:
+        return server.url
+    user, password = credentials.get(server.credential_secret_ref, ("", ""))
+    if not user:
+        return server.url
+    p = urlsplit(server.url)
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{p.hostname or ''}" + (f":{p.port}" if p.port else "")
+    return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
+
+
+class ActionsClientPool:
+    """Builds and caches Actions clients; safe for concurrent reconciles."""
+
+    def __init__(self, reader: ApiReader, *, timeout: float = 60.0, settings: ClientSettings | None = None, user_agent: Any = None) -> None:
+        self.reader = reader
+        self.timeout = timeout
+        self.settings = settings
+        self.user_agent = user_agent
+        self._entries: dict[PoolKey, _Entry] = {}
+        self._locks: dict[PoolKey, anyio.Lock] = {}
+        self._closed = False
+        self.builds = 0  # how many clients were built (tests, metrics)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def for_spec(self, namespace: str, spec: RunnerConfigLike) -> ActionsClient:
+        """The client for an object's GitHub configuration (an EphemeralRunnerSpec, ARS spec, ...)."""
+        return await self.get(
+            namespace,
+            config_url=spec.github_config_url,
+            secret_name=spec.github_config_secret,
+            proxy=spec.proxy,
+            tls=spec.github_server_tls,
+        )
+
+    async def get(self, namespace: str, *, config_url: str, secret_name: str, proxy: ProxyConfig | None = None, tls: TLSConfig | None = None) -> ActionsClient:
+        if self._closed:
+            raise RuntimeError("ActionsClientPool is closed")
+        if not secret_name:
+            raise ActionsCredentialsUnavailable(namespace, "githubConfigSecret", "is empty")
+        key = PoolKey(namespace, secret_name, config_url, msgspec.json.encode(proxy) if proxy else b"", msgspec.json.encode(tls) if tls else b"")
+        lock = self._locks.setdefault(key, anyio.Lock())
+        async with lock:
+            secret = await self._secret(namespace, secret_name)
+            fingerprint = [secret.metadata.resource_version]
+            proxy_creds: dict[str, tuple[str, str]] = {}
+            if proxy is not None:
+                for server in (proxy.http, proxy.https):
+                    if server is not None and server.credential_secret_ref and server.credential_secret_ref not in proxy_creds:
+                        s = await self._secret(namespace, server.credential_secret_ref)
+                        fingerprint.append(s.metadata.resource_version)
+                        proxy_creds[server.credential_secret_ref] = (_text(s, "username"), _text(s, "password"))
+            root_ca: str | None = None
+            ref = tls.certificate_from.config_map_key_ref if tls and tls.certificate_from else None
+            if ref is not None:
+                cm = await self._config_map(namespace, ref.name)
+                fingerprint.append(cm.metadata.resource_version)
+                root_ca = cm.data.get(ref.key)
+                if not root_ca:
+                    raise ActionsCredentialsUnavailable(namespace, f"ConfigMap {ref.name}", f"has no key {ref.key!r}")
+            fp = tuple(fingerprint)
+            entry = self._entries.get(key)
+            if entry is not None and entry.fingerprint == fp:
+                return entry.client
+            try:
+                creds = credentials_from_secret({k: v for k in SECRET_KEYS if (v := secret.decoded(k)) is not None})
+            except (ActionsError, ValueError) as exc:
+                raise ActionsCredentialsUnavailable(namespace, f"Secret {secret_name}", str(exc)) from None
+            try:
+                client = ActionsClient.from_config(
+                    config_url,
+                    creds,
+                    timeout=self.timeout,
+                    settings=self.settings,
+                    proxy=proxy_url_for(config_url, proxy, proxy_creds),
+                    root_ca=root_ca,
+                    user_agent=self.user_agent,
+                )
+                await client.__aenter__()
+            except ActionsError as exc:
+                raise ActionsCredentialsUnavailable(namespace, "githubConfigUrl / TLS / proxy", str(exc)) from None
+            self.builds += 1
+            self._entries[key] = _Entry(fp, client)
+            if entry is not None:
+                log.info("GitHub credentials changed; Actions client rebuilt", namespace=namespace, secret=secret_name)
+                await entry.client.close()
+            return client
+
+    async def _secret(self, namespace: str, name: str) -> Any:
+        try:
+            return await self.reader.get(SECRETS, ObjectKey(namespace, name))
+        except NotFound:
+            raise ActionsCredentialsUnavailable(namespace, f"Secret {name}", "not found") from None
+        except KubeError as exc:
+            raise ActionsCredentialsUnavailable(namespace, f"Secret {name}", f"cannot be read: {exc}") from None
+
+    async def _config_map(self, namespace: str, name: str) -> ConfigMap:
+        try:
+            return await self.reader.get(CONFIG_MAPS, ObjectKey(namespace, name))
+        except NotFound:
+            raise ActionsCredentialsUnavailable(namespace, f"ConfigMap {name}", "not found") from None
+        except KubeError as exc:
+            raise ActionsCredentialsUnavailable(namespace, f"ConfigMap {name}", f"cannot be read: {exc}") from None
+
+    async def close(self) -> None:
+        """Close every client (idempotent)."""
+        self._closed = True
+        entries, self._entries = list(self._entries.values()), {}
+        with anyio.CancelScope(shield=True):
+            for entry in entries:
+                try:
+                    await entry.client.close()
+                except Exception as exc:  # noqa: BLE001 - shutting down
+                    log.info("Actions client close failed", error=type(exc).__name__)
+
+
+def _text(secret: Any, key: str) -> str:
+    raw = secret.decoded(key)
+    return raw.decode("utf-8", "replace").strip() if raw else ""
+
+
+__all__ = ["CONFIG_MAPS", "ActionsClientPool", "ActionsCredentialsUnavailable", "ConfigMap", "PoolKey", "proxy_url_for"]

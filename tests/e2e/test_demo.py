@@ -1,0 +1,51 @@
+"""End to end: the embedded default, every process separate, a workload scaling up and down.
+
+This runs `runnerscale demo` exactly as `make demo` does (smaller waves, shorter jobs): nats-server,
+the API emulator, the Actions simulator, the node simulator and the four workers as separate
+processes, the listener as a real process started by the node simulator from the listener pod.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _run_demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shared.cli", "demo", "--workdir", str(tmp_path / "demo"), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path):
+    done = _run_demo(tmp_path, "--waves", "3,1", "--job-seconds", "2", "--min-runners", "1", "--max-runners", "4", "--timeout", "150")
+    out = done.stdout
+    assert done.returncode == 0, f"demo failed\n--- stdout\n{out}\n--- stderr\n{done.stderr[-4000:]}\n--- children\n{_children_log(tmp_path)}"
+    assert "ok: listener session open" in out
+    assert "ok: scaled up (>= 4 runner(s) for wave 1)" in out or "ok: scaled up (>= 4 runner(s) for wave 1) or done" in out
+    assert "ok: scaled back down to minRunners=1" in out
+    assert "demo finished: 4 job(s) ran on ephemeral runners" in out
+    # The listener's desired state was seen on the bus, and it reached min+jobs capped at max.
+    desired = [int(m) for m in re.findall(r"desired=(\d+) patchId=", out)]
+    assert desired and max(desired) == 4 and desired[-1] == 1
+
+
+def test_demo_rejects_bad_arguments_without_starting_anything(tmp_path):
+    done = _run_demo(tmp_path, "--waves", "x")
+    assert done.returncode == 2
+    assert "--waves" in done.stderr
+    assert not (tmp_path / "demo").exists()
+
+
+def _children_log(tmp_path: Path) -> str:
+    log = tmp_path / "demo" / "children.log"
+    return log.read_text()[-8000:] if log.exists() else "(no children.log)"

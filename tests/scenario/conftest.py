@@ -1,0 +1,123 @@
+"""Shared helpers for scenario tests: a worker against the API emulator, NATS and the Actions sim.
+
+Fixtures (function scope unless noted):
+
+- ``kube`` → :class:`Kube` (``client``, ``reader``, ``writer``) for the API under test.
+- ``bus`` → a connected :class:`shared.bus.Bus` on the test's own ``nats_server``.
+- ``worker_settings`` → a factory ``(replica_id="r0", **overrides) -> WorkerSettings`` wired to
+  the emulator (kubeconfig), the test's nats-server, the test ``namespace``, free ports, short
+  leases (``lease_ttl=3``) and few shards.
+- ``github_secret`` → the name of a Secret in ``namespace`` holding the simulator's PAT
+  (``github_token``), ARC's format.
+
+Helpers: :func:`wait_for` (poll a condition with a deadline, never sleep to synchronise).
+
+The CRDs of ``deploy/crds/`` are installed into the emulator by the session ``kube_api``
+fixture (tests/fixtures/apiserver.py); :func:`require_crds` checks they are served.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import msgspec
+import pytest
+
+from shared.bus import Bus, BusSettings
+from shared.kube import SECRETS, ApiReader, ApiWriter, KubeClient
+from shared.worker import WorkerSettings
+
+T = TypeVar("T")
+
+
+@dataclass
+class Kube:
+    client: KubeClient
+    reader: ApiReader
+    writer: ApiWriter
+
+
+@pytest.fixture
+async def kube(kube_api: Any) -> AsyncIterator[Kube]:
+    client = await KubeClient.from_kubeconfig(kube_api.kubeconfig)
+    async with client:
+        yield Kube(client, ApiReader(client), ApiWriter(client))
+
+
+def scenario_bus_settings(nats_url: str, **overrides: Any) -> BusSettings:
+    base = dict(nats_urls=(nats_url,), lease_ttl=3.0, shards=4, connect_timeout=5.0, publish_deadline=10.0)
+    base.update(overrides)
+    return BusSettings(**base)
+
+
+@pytest.fixture
+async def bus(nats_server: Any) -> AsyncIterator[Bus]:
+    async with Bus.connect(scenario_bus_settings(nats_server.url), name="scenario-test") as b:
+        yield b
+
+
+@pytest.fixture
+def worker_settings(kube_api: Any, nats_server: Any, namespace: str) -> Callable[..., WorkerSettings]:
+    def make(replica_id: str = "r0", **overrides: Any) -> WorkerSettings:
+        bus_overrides = overrides.pop("bus", {})
+        base: dict[str, Any] = dict(
+            bus=scenario_bus_settings(nats_server.url, **bus_overrides),
+            kubeconfig=str(kube_api.kubeconfig),
+            replica_id=replica_id,
+            metrics_addr="127.0.0.1:0",
+            health_addr="127.0.0.1:0",
+            namespaces=(namespace,),
+            workers=2,
+            actions_timeout=20.0,
+            shutdown_timeout=5.0,
+            kube_request_timeout=10.0,
+        )
+        base.update(overrides)
+        return WorkerSettings(**base)
+
+    return make
+
+
+async def create_secret(kube: Kube, namespace: str, name: str, data: dict[str, str]) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }
+    await kube.writer.create(SECRETS, body)
+
+
+@pytest.fixture
+async def github_secret(kube: Kube, namespace: str, actions_sim: Any) -> str:
+    await create_secret(kube, namespace, "github-config", {"github_token": actions_sim.pat})
+    return "github-config"
+
+
+async def wait_for(predicate: Callable[[], T | Awaitable[T]], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> T:
+    """Poll ``predicate`` (sync or async) until it returns something truthy; fail after ``timeout``."""
+    last: Any = None
+    try:
+        with anyio.fail_after(timeout):
+            while True:
+                last = predicate()
+                if inspect.isawaitable(last):
+                    last = await last
+                if last:
+                    return last
+                await anyio.sleep(interval)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}") from None
+
+
+async def require_crds(kube: Kube) -> None:
+    """Fail clearly when the actions.github.com CRDs are not served."""
+    data = await kube.client.request("GET", "/apis/actions.github.com/v1alpha1", what="discovery")
+    names = {r["name"] for r in msgspec.json.decode(data).get("resources", [])}
+    missing = {"ephemeralrunnersets", "ephemeralrunners", "autoscalingrunnersets", "autoscalinglisteners"} - names
+    assert not missing, f"CRDs not installed in the API under test: {sorted(missing)}"

@@ -1,0 +1,135 @@
+"""The runner worker under faults: JIT name collisions, a garbled JIT answer, 409s from the API
+server, a pod that never starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.actions import ActionsClient, PersonalAccessToken
+from shared.kube import EPHEMERAL_RUNNERS
+
+from tests.scenario.conftest import wait_for
+from tests.scenario.test_runner_helpers import FAST, register_scale_set, runner_env, start_runner_env  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.anyio
+
+
+async def _runner_id(env, name):
+    er = await env.er(name)
+    return er.status.runner_id if er is not None and er.status is not None and er.status.runner_id else None
+
+
+async def test_runner_exists_in_same_scale_set_is_removed_and_registered_again(runner_env):
+    env = runner_env
+    async with ActionsClient.from_config(env.sim.config_url(), PersonalAccessToken(env.sim.pat)) as client:
+        stale = await client.generate_jit_config(env.scale_set_id, "er-dup")
+    await env.create_er("er-dup")
+    runner_id = await wait_for(lambda: _runner_id(env, "er-dup"), what="registered again")
+    assert runner_id != stale.runner.id
+    named = [r for r in await env.service_runners() if r.name == "er-dup"]
+    assert [r.id for r in named] == [runner_id]
+    assert "StaleRegistrationRemoved" in await env.event_reasons("er-dup")
+    await env.wait_pod("er-dup")
+
+
+async def test_runner_name_taken_by_another_scale_set_deletes_the_er(runner_env):
+    env = runner_env
+    other = await register_scale_set(env.sim, "another-set")
+    async with ActionsClient.from_config(env.sim.config_url(), PersonalAccessToken(env.sim.pat)) as client:
+        theirs = await client.generate_jit_config(other, "er-taken")
+    await env.create_er("er-taken")
+    await env.wait_gone("er-taken")
+    assert "RunnerNameTaken" in await env.event_reasons("er-taken")
+    # the other scale set's runner is untouched
+    assert theirs.runner.id in {r.id for r in await env.sim.control.runners()}
+
+
+async def test_garbled_jit_config_is_an_event_and_recovers(runner_env):
+    env = runner_env
+    await env.sim.control.set_fault("generate_jit_config", kind="status", status=200, body='{"runner": "garbage"', count=None)
+    await env.create_er("er-garbled")
+
+    async def warned():
+        return "JitConfigFailed" in await env.event_reasons("er-garbled")
+
+    await wait_for(warned, what="JitConfigFailed event")
+    assert await env.secret_of("er-garbled") is None
+    # the worker stays healthy: another runner in another state still gets handled meanwhile
+    assert not env.worker.done
+    await env.sim.control.clear_faults()
+    await wait_for(lambda: _runner_id(env, "er-garbled"), timeout=30, what="registered after the fault cleared")
+    await env.wait_pod("er-garbled")
+    # well-formed JSON, but an unusable answer (no runner id, no config): same treatment
+    await env.sim.control.set_fault("generate_jit_config", kind="status", status=200, body='{"runner": {"id": 0}, "encodedJITConfig": ""}', count=None)
+    await env.create_er("er-empty")
+
+    async def unusable():
+        return any(e.reason == "JitConfigFailed" and "unusable" in e.message for e in await env.events("er-empty"))
+
+    await wait_for(unusable, what="unusable JIT config event")
+    assert await env.secret_of("er-empty") is None
+    await env.sim.control.clear_faults()
+    await wait_for(lambda: _runner_id(env, "er-empty"), timeout=30, what="registered after the second fault cleared")
+
+
+async def test_conflicts_on_status_patch_converge(runner_env, kube_api):
+    env = runner_env
+    control = kube_api.require_emulator()
+    await control.add_fault_async(action="error", code=409, verb="patch", resource="ephemeralrunners", subresource="status", namespace=env.namespace, times=3)
+    await env.create_er("er-409")
+    await wait_for(lambda: _runner_id(env, "er-409"), what="runnerId despite 409s")
+    _, pod = await _pod(env, "er-409")
+    await control.add_fault_async(action="error", code=409, verb="patch", resource="ephemeralrunners", subresource="status", namespace=env.namespace, times=2)
+    await env.terminate("er-409", 1)
+    await env.wait_pod("er-409", other_than=pod.metadata.uid)
+    assert len((await env.er("er-409")).status.failures) == 1
+
+
+async def _pod(env, name):
+    pod = await env.wait_pod(name)
+    return await env.er(name), pod
+
+
+async def test_pod_that_never_starts_is_deleted_and_unregistered(kube, namespace, actions_sim, github_secret, worker_settings):
+    from dataclasses import replace
+
+    settings = replace(FAST, pod_start_deadline=1.0)
+    async with start_runner_env(kube, namespace, actions_sim, github_secret, worker_settings, settings=settings) as env:
+        await env.create_er("er-stuck")
+        runner_id = await wait_for(lambda: _runner_id(env, "er-stuck"), what="registered")
+        await env.wait_pod("er-stuck")
+        await env.wait_gone("er-stuck", timeout=15)
+        assert runner_id not in {r.id for r in await env.service_runners()}
+        assert "PodStartTimeout" in await env.event_reasons("er-stuck")
+
+
+async def test_invalid_pod_template_marks_failed(runner_env):
+    env = runner_env
+    template = {"metadata": {}, "spec": {"containers": [{"name": "not-runner", "image": "x"}]}}
+    await env.create_er("er-invalid", template=template)
+
+    async def failed():
+        er = await env.er("er-invalid")
+        return er if er.status is not None and er.status.phase == "Failed" else None
+
+    er = await wait_for(failed, what="phase Failed")
+    assert er.status.reason == "InvalidPod"
+    assert await env.pod("er-invalid") is None
+    await env.kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-invalid"))
+    await env.wait_gone("er-invalid")
+
+
+async def test_invalid_spec_is_failed_with_an_event_and_deletes_cleanly(runner_env):
+    env = runner_env
+    await env.create_er("er-bad", scale_set_id=-1)
+
+    async def failed():
+        er = await env.er("er-bad")
+        return er if er.status is not None and er.status.phase == "Failed" else None
+
+    er = await wait_for(failed, what="phase Failed")
+    assert er.status.reason == "InvalidSpec" and "runnerScaleSetId" in er.status.message
+    assert "InvalidSpec" in await env.event_reasons("er-bad")
+    assert await env.secret_of("er-bad") is None
+    await env.kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-bad"))
+    await env.wait_gone("er-bad")

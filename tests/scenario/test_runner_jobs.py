@@ -1,0 +1,133 @@
+"""Job events from the bus land on EphemeralRunner status, idempotently and order-insensitively."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.bus import ResourceRef
+from shared.bus.messages import JobCompleted, JobStarted
+from shared.bus.subjects import job_started_subject
+from services.runner.jobs import ANNOTATION_JOB_COMPLETED
+
+from tests.scenario.conftest import wait_for
+from tests.scenario.test_runner_helpers import SCALE_SET, runner_env  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.anyio
+
+
+async def _registered(env, name):
+    async def rid():
+        er = await env.er(name)
+        return er if er is not None and er.status is not None and er.status.runner_id else None
+
+    return await wait_for(rid, what=f"{name} registered")
+
+
+def _event(cls, env, er, job_id="job-77", **extra):
+    return cls(
+        scale_set_id=env.scale_set_id,
+        scale_set=ResourceRef(env.namespace, SCALE_SET),
+        runner_name=er.metadata.name,
+        runner_id=er.status.runner_id,
+        job_id=job_id,
+        runner_request_id=7701,
+        workflow_run_id=9901,
+        workflow_ref="octo-org/octo-repo/.github/workflows/ci.yml@refs/heads/main",
+        job_display_name="build",
+        repository="octo-org/octo-repo",
+        **extra,
+    )
+
+
+def _job_fields(er):
+    s = er.status
+    return (s.job_id, s.job_request_id, s.workflow_run_id, s.job_workflow_ref, s.job_display_name, s.job_repository_name)
+
+
+EXPECTED = ("job-77", 7701, 9901, "octo-org/octo-repo/.github/workflows/ci.yml@refs/heads/main", "build", "octo-org/octo-repo")
+
+
+async def test_job_started_from_the_bus_sets_status_fields(runner_env, bus):
+    env = runner_env
+    await env.create_er("er-job")
+    er = await _registered(env, "er-job")
+    await bus.publish(_event(JobStarted, env, er))
+
+    async def recorded():
+        cur = await env.er("er-job")
+        return cur if _job_fields(cur) == EXPECTED else None
+
+    cur = await wait_for(recorded, what="job fields on status")
+    # a duplicate (redelivery) changes nothing: no write, same resourceVersion
+    assert await env.reconciler.handle_job_event(_event(JobStarted, env, er)) == "unchanged"
+    assert (await env.er("er-job")).metadata.resource_version == cur.metadata.resource_version
+    # the job completes: annotation written once; a late JobStarted never undoes it
+    await bus.publish(_event(JobCompleted, env, er, result="succeeded"))
+
+    async def completed():
+        cur = await env.er("er-job")
+        return cur if ANNOTATION_JOB_COMPLETED in cur.metadata.annotations else None
+
+    done = await wait_for(completed, what="completion recorded")
+    assert await env.reconciler.handle_job_event(_event(JobStarted, env, er)) == "unchanged"
+    after = await env.er("er-job")
+    assert _job_fields(after) == EXPECTED
+    assert after.metadata.annotations[ANNOTATION_JOB_COMPLETED] == done.metadata.annotations[ANNOTATION_JOB_COMPLETED]
+
+
+async def test_completed_before_started_converges(runner_env):
+    env = runner_env
+    await env.create_er("er-ooo")
+    er = await _registered(env, "er-ooo")
+    assert await env.reconciler.handle_job_event(_event(JobCompleted, env, er, result="failed")) == "recorded"
+    first = await env.er("er-ooo")
+    assert _job_fields(first) == EXPECTED
+    assert "result=failed" in first.metadata.annotations[ANNOTATION_JOB_COMPLETED]
+    assert await env.reconciler.handle_job_event(_event(JobStarted, env, er)) == "unchanged"
+    assert await env.reconciler.handle_job_event(_event(JobCompleted, env, er, result="failed")) == "unchanged"
+    assert (await env.er("er-ooo")).metadata.resource_version == first.metadata.resource_version
+
+
+async def test_events_for_other_jobs_runners_and_garbage_are_ignored(runner_env, bus):
+    env = runner_env
+    await env.create_er("er-a1")
+    er = await _registered(env, "er-a1")
+    await env.reconciler.handle_job_event(_event(JobStarted, env, er))
+    # another job for the same runner (an ephemeral runner runs one job): ignored
+    assert await env.reconciler.handle_job_event(_event(JobStarted, env, er, job_id="job-other")) == "other_job"
+    # an unknown runner name, a wrong runner id: ignored, not errors
+    ghost = _event(JobStarted, env, er)
+    ghost = JobStarted(**{**{f: getattr(ghost, f) for f in ghost.__struct_fields__}, "runner_name": "nobody"})
+    assert await env.reconciler.handle_job_event(ghost) == "unknown_runner"
+    wrong = _event(JobStarted, env, er, job_id="job-77")
+    wrong = JobStarted(**{**{f: getattr(wrong, f) for f in wrong.__struct_fields__}, "runner_id": er.status.runner_id + 1000})
+    assert await env.reconciler.handle_job_event(wrong) == "mismatch"
+    # garbage on the subject does not stop the consumer: a later good event still lands
+    await bus.js.publish(job_started_subject(env.namespace, SCALE_SET), b"{not json")
+    await env.create_er("er-a2")
+    er2 = await _registered(env, "er-a2")
+    await bus.publish(_event(JobStarted, env, er2, job_id="job-88"))
+
+    async def landed():
+        cur = await env.er("er-a2")
+        return cur.status.job_id == "job-88"
+
+    await wait_for(landed, what="event after garbage recorded")
+    assert (await env.er("er-a1")).status.job_id == "job-77"
+
+
+async def test_runner_still_up_after_its_job_completed_is_reclaimed(kube, namespace, actions_sim, github_secret, worker_settings):
+    from dataclasses import replace
+
+    from tests.scenario.test_runner_helpers import FAST, start_runner_env
+
+    async with start_runner_env(kube, namespace, actions_sim, github_secret, worker_settings, settings=replace(FAST, hung_after_job_grace=1.0)) as env:
+        await env.create_er("er-hung")
+        er = await _registered(env, "er-hung")
+        await env.wait_pod("er-hung")
+        await env.run("er-hung")
+        await env.reconciler.handle_job_event(_event(JobStarted, env, er))
+        await env.reconciler.handle_job_event(_event(JobCompleted, env, er, result="succeeded"))
+        # the runner never exits: after the grace period the worker gives the slot back
+        await env.wait_gone("er-hung", timeout=15)
+        assert "RunnerHungAfterJob" in await env.event_reasons("er-hung")

@@ -1,0 +1,221 @@
+"""The runner worker against the API emulator + nats-server + Actions simulator: creation,
+pod outcomes, deletion."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from shared.api.constants import (
+    ANNOTATION_ACTIONABLE_REVISION,
+    ENV_RUNNER_JIT_CONFIG,
+    ENV_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE,
+    FINALIZER_EPHEMERAL_RUNNER,
+    FINALIZER_RUNNER_REGISTRATION,
+    LABEL_EPHEMERAL_RUNNER,
+)
+from shared.kube import EPHEMERAL_RUNNERS
+
+from tests.scenario.conftest import wait_for
+from tests.scenario.test_runner_helpers import runner_env  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_er_gets_finalizers_secret_pod_and_runner_id(runner_env):
+    env = runner_env
+    await env.create_er("er-a")
+    pod = await env.wait_pod("er-a")
+    er = await wait_for(lambda: _with_runner_id(env, "er-a"), what="status.runnerId")
+    assert er.metadata.finalizers == [FINALIZER_EPHEMERAL_RUNNER, FINALIZER_RUNNER_REGISTRATION]
+    assert er.status.runner_name == "er-a"
+    secret = await env.secret_of("er-a")
+    assert base64.b64decode(secret.data["runnerId"]).decode() == str(er.status.runner_id)
+    assert secret.data["jitToken"]
+    assert secret.metadata.owner_references[0].uid == er.metadata.uid
+    # the pod: ARC's shape, owned by the ER, revision annotation propagated
+    assert pod.metadata.owner_references[0].uid == er.metadata.uid
+    assert pod.metadata.labels[LABEL_EPHEMERAL_RUNNER] == "True"
+    assert pod.metadata.labels["tmpl"] == "yes"
+    assert pod.metadata.annotations[ANNOTATION_ACTIONABLE_REVISION] == "3"
+    assert pod.spec["restartPolicy"] == "Never"
+    runner = next(c for c in pod.spec["containers"] if c["name"] == "runner")
+    env_by_name = {e["name"]: e for e in runner["env"]}
+    assert env_by_name[ENV_RUNNER_JIT_CONFIG]["valueFrom"]["secretKeyRef"] == {"name": "er-a", "key": "jitToken"}
+    assert env_by_name[ENV_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE]["value"] == "1"
+    runners = await env.service_runners()
+    assert [r.id for r in runners] == [er.status.runner_id]
+
+
+async def _with_runner_id(env, name):
+    er = await env.er(name)
+    return er if er is not None and er.status is not None and er.status.runner_id else None
+
+
+async def _registered(env, name):
+    er = await wait_for(lambda: _with_runner_id(env, name), what=f"{name} registered")
+    pod = await env.wait_pod(name)
+    return er, pod
+
+
+async def _service_ids(env):
+    return {r.id for r in await env.service_runners()}
+
+
+async def test_exit_0_deletes_runner_and_unregisters(runner_env):
+    env = runner_env
+    await env.create_er("er-ok")
+    er, _ = await _registered(env, "er-ok")
+    await env.terminate("er-ok", 0)
+    await env.wait_gone("er-ok")
+    assert er.status.runner_id not in await _service_ids(env)
+    assert await env.secret_of("er-ok") is None or (await env.secret_of("er-ok")).metadata.is_deleting
+
+
+async def test_exit_7_marks_outdated_and_removes_from_service(runner_env):
+    env = runner_env
+    await env.create_er("er-old")
+    er, _ = await _registered(env, "er-old")
+    await env.terminate("er-old", 7)
+
+    async def outdated():
+        cur = await env.er("er-old")
+        return cur if cur.status.phase == "Outdated" else None
+
+    cur = await wait_for(outdated, what="phase Outdated")
+    assert cur.status.reason == "Outdated"
+    await wait_for(lambda: _not_registered(env, er.status.runner_id), what="runner removed from the service")
+    await wait_for(lambda: _pod_gone(env, "er-old"), what="pod of the outdated runner deleted")
+    assert "RunnerOutdated" in await env.event_reasons("er-old")
+    # the ER itself stays (the runner-set worker decides about Outdated runners)
+    assert await env.er("er-old") is not None
+
+
+async def _not_registered(env, runner_id):
+    return runner_id not in await _service_ids(env)
+
+
+async def _pod_gone(env, name):
+    pod = await env.pod(name)
+    return pod is None or pod.metadata.is_deleting
+
+
+async def test_crash_backoff_then_delete_after_more_than_5_failures(runner_env):
+    env = runner_env
+    await env.create_er("er-crash")
+    er, pod = await _registered(env, "er-crash")
+    seen = set()
+    for n in range(1, 7):
+        seen.add(pod.metadata.uid)
+        await env.terminate("er-crash", 1)
+        if n <= 5:
+            pod = await env.wait_pod("er-crash", other_than=pod.metadata.uid)
+            assert pod.metadata.uid not in seen
+            cur = await env.er("er-crash")
+            assert len(cur.status.failures) == n
+            assert set(cur.status.failures) <= seen
+    await env.wait_gone("er-crash")
+    assert er.status.runner_id not in await _service_ids(env)
+    assert {"RunnerPodFailed", "TooManyPodFailures"} <= await env.event_reasons("er-crash")
+
+
+async def test_evicted_pod_is_recorded_and_recreated(runner_env):
+    env = runner_env
+    await env.create_er("er-evict")
+    _, pod = await _registered(env, "er-evict")
+    await env.set_pod_status("er-evict", {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."})
+    new = await env.wait_pod("er-evict", other_than=pod.metadata.uid)
+    cur = await env.er("er-evict")
+    assert list(cur.status.failures) == [pod.metadata.uid]
+    assert cur.status.reason == "Evicted"
+    assert new.metadata.uid != pod.metadata.uid
+
+
+async def test_init_container_failure_counts_as_failure(runner_env):
+    env = runner_env
+    await env.create_er("er-init")
+    _, pod = await _registered(env, "er-init")
+    await env.set_pod_status(
+        "er-init",
+        {"phase": "Pending", "initContainerStatuses": [{"name": "setup", "state": {"terminated": {"exitCode": 1, "reason": "StartError"}}}]},
+    )
+    await env.wait_pod("er-init", other_than=pod.metadata.uid)
+    assert len((await env.er("er-init")).status.failures) == 1
+
+
+async def test_pod_deleted_externally_is_recreated_exactly_once(runner_env):
+    env = runner_env
+    await env.create_er("er-del")
+    er, pod = await _registered(env, "er-del")
+    created_before = env.reconciler.metrics.pods_created._value.get()
+    from shared.kube import PODS
+
+    await env.kube.writer.delete(PODS, env.key("er-del"), uid=pod.metadata.uid)
+    new = await env.wait_pod("er-del", other_than=pod.metadata.uid)
+    # let any late wake-ups (the DELETED event, the create's own ADDED) be processed
+    await wait_for(lambda: len(env.worker.ctx.controllers[0].queue) == 0 and not env.worker.ctx.controllers[0].queue.processing, what="queue drained")
+    assert env.reconciler.metrics.pods_created._value.get() == created_before + 1
+    assert (await env.pod("er-del")).metadata.uid == new.metadata.uid
+    cur = await env.er("er-del")
+    assert cur.status.failures == {}  # not a failure
+    assert await _service_ids(env) == {er.status.runner_id}  # no second registration
+
+
+async def test_pod_lost_while_running_a_job_deletes_the_runner(runner_env):
+    env = runner_env
+    await env.create_er("er-lost")
+    er, pod = await _registered(env, "er-lost")
+    await env.kube.writer.patch_status(EPHEMERAL_RUNNERS, env.key("er-lost"), {"status": {"jobId": "job-1", "jobRequestId": 11}})
+    from shared.kube import PODS
+
+    await env.kube.writer.delete(PODS, env.key("er-lost"), uid=pod.metadata.uid)
+    await env.wait_gone("er-lost")
+    assert "PodLostWithJob" in await env.event_reasons("er-lost")
+
+
+async def test_failure_with_job_deletes_the_runner(runner_env):
+    env = runner_env
+    await env.create_er("er-jobfail")
+    await _registered(env, "er-jobfail")
+    await env.kube.writer.patch_status(EPHEMERAL_RUNNERS, env.key("er-jobfail"), {"status": {"jobId": "job-2"}})
+    await env.terminate("er-jobfail", 1, phase="Running")
+    await env.wait_gone("er-jobfail")
+
+
+async def test_running_pod_status_is_copied(runner_env):
+    env = runner_env
+    await env.create_er("er-run")
+    await _registered(env, "er-run")
+    await env.run("er-run")
+
+    async def running():
+        cur = await env.er("er-run")
+        return cur.status.phase == "Running" and cur.status.ready
+
+    await wait_for(running, what="ER Running and ready")
+    # pod phase Succeeded while the runner container still runs: the ER stays Running
+    await env.set_pod_status("er-run", {"phase": "Succeeded"})
+    await wait_for(running, what="still Running")
+
+
+async def test_deletion_unregisters_and_releases_finalizers(runner_env):
+    env = runner_env
+    await env.create_er("er-gone")
+    er, _ = await _registered(env, "er-gone")
+    await env.kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-gone"))
+    await env.wait_gone("er-gone")
+    assert er.status.runner_id not in await _service_ids(env)
+
+
+async def test_deletion_when_service_no_longer_knows_the_runner(runner_env):
+    env = runner_env
+    await env.create_er("er-unknown")
+    er, _ = await _registered(env, "er-unknown")
+    from shared.actions import ActionsClient, PersonalAccessToken
+
+    async with ActionsClient.from_config(env.sim.config_url(), PersonalAccessToken(env.sim.pat)) as client:
+        await client.remove_runner(er.status.runner_id)
+    await env.kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-unknown"))
+    await env.wait_gone("er-unknown")
+    assert "RunnerRemovalFailed" not in await env.event_reasons("er-unknown")

@@ -1,0 +1,179 @@
+"""runner-set worker: desired state from the bus → EphemeralRunners, ARC's patch-ID protocol, and
+the finished-runner cleanup marker (seeds 000, 003). Emulator + nats-server + Actions simulator."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import anyio
+import pytest
+
+from services.runner_set import decide
+from services.runner_set.controller import WORKER_NAME, setup
+from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION, ANNOTATION_PATCH_ID, FINALIZER_EPHEMERAL_RUNNER_SET
+from shared.bus import DesiredState, ResourceRef
+from shared.worker import running_worker
+
+from tests.scenario.conftest import wait_for
+from tests.scenario.runner_set_helpers import create_ers, fake_runner_worker, get_ers, runners, set_runner_status, sim_scale_set
+
+pytestmark = pytest.mark.anyio
+
+
+def desired(namespace: str, *, replicas: int, patch: int, epoch: int = 1, name: str = "set") -> DesiredState:
+    return DesiredState(scale_set_id=1, ers=ResourceRef(namespace, name), patch_id=patch, replicas=replicas, listener_epoch=epoch)
+
+
+async def count(kube, namespace) -> int:
+    return len(await runners(kube, namespace))
+
+
+async def stays(kube, namespace, n: int, seconds: float = 1.0) -> None:
+    """Observe for a bounded window that the live runner count stays ``n`` (a 'consistently' check)."""
+    with anyio.move_on_after(seconds):
+        while True:
+            assert await count(kube, namespace) == n
+            await anyio.sleep(0.05)
+
+
+async def test_desired_state_patch_protocol_and_epochs(worker_settings, kube, bus, namespace, actions_sim, github_secret):
+    ss = await sim_scale_set(actions_sim)
+    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=2)
+    async with running_worker(WORKER_NAME, worker_settings(), setup) as w, fake_runner_worker(kube, namespace, actions_sim, ss) as fake:
+        await w.wait_ready()
+        await wait_for(lambda: get_ers(kube, namespace), what="ERS")
+        ers = await wait_for(lambda: _with_finalizer(kube, namespace), what="finalizer")
+        assert FINALIZER_EPHEMERAL_RUNNER_SET in ers.metadata.finalizers
+
+        # patch 0 = authoritative: up to N, every runner annotated and owned
+        await bus.publish(desired(namespace, replicas=3, patch=0))
+        await wait_for(lambda: _count_is(kube, namespace, 3), what="3 runners")
+        ers = await get_ers(kube, namespace)
+        assert ers.spec.replicas == 3 and ers.spec.patch_id == 0
+        assert decide.parse_applied_desired(ers.metadata.annotations).epoch == 1
+        for r in await runners(kube, namespace):
+            assert r.metadata.annotations[ANNOTATION_PATCH_ID] == "0"
+            assert r.metadata.annotations[ANNOTATION_ACTIONABLE_REVISION] == "2"
+            assert r.metadata.annotations["arc.test/runner-set-annotation"] == "initial"
+            assert r.metadata.controller_reference().uid == ers.metadata.uid
+            assert r.metadata.labels["app.kubernetes.io/component"] == "runner"
+        await wait_for(lambda: len(fake.registered) == 3, what="runners registered")
+        await wait_for(lambda: _status(kube, namespace, current=3, running=3), what="status counts")
+
+        # a new patch ID scales up only
+        await bus.publish(desired(namespace, replicas=1, patch=1))
+        await wait_for(lambda: _spec_is(kube, namespace, 1, 1), what="spec applied")
+        await stays(kube, namespace, 3, 0.5)
+        await bus.publish(desired(namespace, replicas=4, patch=2))
+        await wait_for(lambda: _count_is(kube, namespace, 4), what="scale up to 4")
+
+        # same patch ID: status only (re-publishing patch 2 changes nothing)
+        await bus.publish(desired(namespace, replicas=4, patch=2))
+        await stays(kube, namespace, 4, 0.5)
+
+        # a deposed leader (older epoch) never overrides the newer epoch
+        await bus.publish(desired(namespace, replicas=6, patch=0, epoch=2))
+        await wait_for(lambda: _count_is(kube, namespace, 6), what="epoch 2 applied")
+        await wait_for(lambda: len(fake.registered) == 6, what="all registered")
+        await bus.publish(desired(namespace, replicas=0, patch=0, epoch=1))
+        await stays(kube, namespace, 6, 0.5)
+        assert (await get_ers(kube, namespace)).spec.replicas == 6
+
+        # patch 0 is authoritative down: idle registered runners removed from the service first
+        await bus.publish(desired(namespace, replicas=2, patch=0, epoch=2))
+        await wait_for(lambda: _count_is(kube, namespace, 2), what="scale down to 2")
+        live_ids = {r.status.runner_id for r in await runners(kube, namespace)}
+        sim_ids = {r.id for r in await actions_sim.control.runners()}
+        removed = set(fake.registered.values()) - live_ids
+        assert removed and not (removed & sim_ids), "scaled-down runners must be removed from the service"
+
+
+async def test_finished_runners_reaped_once_no_replacement_and_descending_patch_ids(worker_settings, kube, bus, namespace, actions_sim, github_secret):
+    ss = await sim_scale_set(actions_sim)
+    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
+    async with running_worker(WORKER_NAME, worker_settings(), setup) as w, fake_runner_worker(kube, namespace, actions_sim, ss) as fake:
+        await w.wait_ready()
+        await bus.publish(desired(namespace, replicas=2, patch=7))
+        await wait_for(lambda: _count_is(kube, namespace, 2), what="2 runners")
+        await wait_for(lambda: len(fake.registered) == 2, what="registered")
+        first, second = sorted(await runners(kube, namespace), key=lambda r: r.metadata.name)
+        await set_runner_status(kube, second, jobId="job-1")  # busy
+
+        # job finished on `first`; the listener publishes a fresh patch still asking for 2
+        await set_runner_status(kube, first, phase="Succeeded")
+        await bus.publish(desired(namespace, replicas=2, patch=8))
+        await wait_for(lambda: _marker_is(kube, namespace, 8), what="marker 8")
+        await wait_for(lambda: _count_is(kube, namespace, 1), what="finished runner reaped")
+        await stays(kube, namespace, 1, 1.0)  # no replacement for the completed job (seed 000)
+
+        # listener restart: new epoch, patch IDs restart low; patch 0 is authoritative
+        await bus.publish(desired(namespace, replicas=2, patch=0, epoch=2))
+        await wait_for(lambda: _count_is(kube, namespace, 2), what="refilled by patch 0")
+        await wait_for(lambda: len(fake.registered) == 3, what="registered")
+        newest = [r for r in await runners(kube, namespace) if r.metadata.name != second.metadata.name][0]
+        # the new listener's sequence reaches 7 = the highest patch-id on a live runner: status only,
+        # so the job finishing now is not reaped under this patch
+        await bus.publish(desired(namespace, replicas=2, patch=7, epoch=2))
+        await wait_for(lambda: _spec_is(kube, namespace, 2, 7), what="patch 7 applied")
+        await set_runner_status(kube, newest, phase="Succeeded")
+        await stays(kube, namespace, 2, 0.3)
+        assert await _marker_is(kube, namespace, 8)
+        # descending patch ID (3 < 8 = the marker): the marker must follow it down, and suppression fire at 3
+        await bus.publish(desired(namespace, replicas=2, patch=3, epoch=2))
+        await wait_for(lambda: _marker_is(kube, namespace, 3), what="marker follows the patch ID down")
+        await wait_for(lambda: _count_is(kube, namespace, 1), what="reaped")
+        await stays(kube, namespace, 1, 1.0)
+        # the next patch accounts for the completion: scale-up resumes
+        await bus.publish(desired(namespace, replicas=2, patch=4, epoch=2))
+        await wait_for(lambda: _count_is(kube, namespace, 2), what="scale-up after a fresh patch")
+
+
+async def _with_finalizer(kube, namespace):
+    ers = await get_ers(kube, namespace)
+    return ers if FINALIZER_EPHEMERAL_RUNNER_SET in ers.metadata.finalizers else None
+
+
+async def _count_is(kube, namespace, n):
+    return await count(kube, namespace) == n
+
+
+async def _spec_is(kube, namespace, replicas, patch):
+    ers = await get_ers(kube, namespace)
+    return ers.spec.replicas == replicas and ers.spec.patch_id == patch
+
+
+async def _marker_is(kube, namespace, marker):
+    ers = await get_ers(kube, namespace)
+    return ers.status is not None and ers.status.finished_runner_cleanup_patch_id == marker
+
+
+async def _status(kube, namespace, *, current, running):
+    s = (await get_ers(kube, namespace)).status
+    return s is not None and s.current_replicas == current and s.running_ephemeral_runners == running and s.phase == "Running"
+
+
+_ = dt
+
+
+async def test_lagging_informer_cache_never_creates_a_replacement_for_a_completed_job(worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret):
+    """Seed 001/003: the suppression must be decided on authoritative reads. With every watch event
+    delayed, the worker's cache still shows the marker unset and the finished runner present; the
+    reconciles that its own writes trigger must still not create a replacement."""
+    control = kube_api.require_emulator()
+    ss = await sim_scale_set(actions_sim)
+    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
+    async with running_worker(WORKER_NAME, worker_settings(), setup) as w, fake_runner_worker(kube, namespace, actions_sim, ss) as fake:
+        await w.wait_ready()
+        await bus.publish(desired(namespace, replicas=2, patch=1))
+        await wait_for(lambda: _count_is(kube, namespace, 2), what="2 runners")
+        await wait_for(lambda: len(fake.registered) == 2, what="registered")
+        done = sorted(await runners(kube, namespace), key=lambda r: r.metadata.name)[0]
+        await control.settings_async(watch_lag_seconds=0.4)
+        try:
+            await set_runner_status(kube, done, phase="Succeeded")
+            await bus.publish(desired(namespace, replicas=2, patch=2))
+            await wait_for(lambda: _marker_is(kube, namespace, 2), what="marker 2")
+            await wait_for(lambda: _count_is(kube, namespace, 1), what="reaped")
+            await stays(kube, namespace, 1, 1.5)
+        finally:
+            await control.settings_async(watch_lag_seconds=0.0)

@@ -1,0 +1,341 @@
+"""Pure decisions of the runner-set worker: ARC's patch-ID protocol (arc-controllers.md §2.2, §8)
+and the typed state of the seeds (000-003)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import msgspec
+import pytest
+
+from services.runner_set import decide
+from shared.api import EphemeralRunner, EphemeralRunnerSet, decode
+from shared.api.constants import (
+    ANNOTATION_ACTIONABLE_REVISION,
+    ANNOTATION_PATCH_ID,
+    FINALIZER_EPHEMERAL_RUNNER,
+    FINALIZER_RUNNER_REGISTRATION,
+)
+from shared.bus import DesiredState, ResourceRef
+
+T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.timezone.utc)
+
+
+def ers(*, replicas=0, patch_id=0, revision=0, applied=0, marker=None, annotations=None, labels=None, phase="Running") -> EphemeralRunnerSet:
+    return decode(
+        EphemeralRunnerSet,
+        {
+            "apiVersion": "actions.github.com/v1alpha1",
+            "kind": "EphemeralRunnerSet",
+            "metadata": {"name": "set", "namespace": "ns", "uid": "ers-uid", "resourceVersion": "7", "annotations": annotations or {}, "labels": labels or {}},
+            "spec": {
+                "replicas": replicas,
+                "patchID": patch_id,
+                "actionableRevision": revision,
+                "ephemeralRunnerSpec": {
+                    "githubConfigUrl": "https://github.com/org",
+                    "githubConfigSecret": "s",
+                    "runnerScaleSetId": 1,
+                    "spec": {"containers": [{"name": "runner", "image": "r"}]},
+                },
+            },
+            "status": {"appliedActionableRevision": applied, "finishedRunnerCleanupPatchID": marker, "phase": phase},
+        },
+    )
+
+
+_n = 0
+
+
+def er(phase="", *, runner_id=0, job="", patch=None, revision=None, age=0, deleting=False) -> EphemeralRunner:
+    global _n
+    _n += 1
+    ann = {}
+    if patch is not None:
+        ann[ANNOTATION_PATCH_ID] = str(patch)
+    if revision is not None:
+        ann[ANNOTATION_ACTIONABLE_REVISION] = str(revision)
+    meta = {
+        "name": f"set-runner-{_n}",
+        "namespace": "ns",
+        "uid": f"u{_n}",
+        "annotations": ann,
+        "creationTimestamp": (T0 + dt.timedelta(seconds=age)).isoformat().replace("+00:00", "Z"),
+        "ownerReferences": [{"apiVersion": "actions.github.com/v1alpha1", "kind": "EphemeralRunnerSet", "name": "set", "uid": "ers-uid", "controller": True}],
+    }
+    if deleting:
+        meta["deletionTimestamp"] = T0.isoformat().replace("+00:00", "Z")
+    return decode(
+        EphemeralRunner,
+        {
+            "apiVersion": "actions.github.com/v1alpha1",
+            "kind": "EphemeralRunner",
+            "metadata": meta,
+            "spec": {"githubConfigUrl": "https://github.com/org", "githubConfigSecret": "s", "runnerScaleSetId": 1},
+            "status": {"phase": phase, "runnerId": runner_id, "jobId": job},
+        },
+    )
+
+
+def plan_for(s, runners):
+    return decide.plan(s, decide.bucket_runners(runners))
+
+
+# --- buckets -------------------------------------------------------------------------------------
+
+
+def test_buckets_and_totals():
+    runners = [er(""), er("Pending"), er("Running"), er("Succeeded"), er("Failed"), er("Outdated"), er("Running", deleting=True, patch=9), er(patch=3)]
+    b = decide.bucket_runners(runners)
+    assert (len(b.pending), len(b.running), len(b.finished), len(b.failed), len(b.outdated), len(b.deleting)) == (3, 1, 1, 1, 1, 1)
+    assert b.scale_total == 5  # pending + running + failed; finished/outdated/deleting do not count
+    assert b.scale_up_total == 6  # deleting runners count toward scale-up (not double-replaced)
+    assert b.latest_patch_id == 9  # deleting runners included
+
+
+def test_unparsable_patch_id_is_ignored():
+    r = er()
+    r.metadata.annotations[ANNOTATION_PATCH_ID] = "x"
+    assert decide.bucket_runners([r, er(patch=2)]).latest_patch_id == 2
+
+
+# --- patch-ID protocol -----------------------------------------------------------------------------
+
+
+def test_patch_zero_is_authoritative_up():
+    p = plan_for(ers(replicas=5, patch_id=0), [])
+    assert p.create == 5 and p.reason == "scale-up"
+
+
+def test_patch_zero_is_authoritative_down_oldest_pending_first_never_busy_or_unregistered():
+    runners = [
+        er("Running", runner_id=1, age=0),
+        er("Pending", runner_id=2, age=5),
+        er("Pending", runner_id=0, age=1),  # not registered yet: never a candidate
+        er("Running", runner_id=3, job="j", age=2),  # busy: never a candidate
+        er("Pending", runner_id=4, age=3),
+    ]
+    p = plan_for(ers(replicas=1, patch_id=0), runners)
+    assert p.remove_count == 4
+    assert [decide.runner_id(r) for r in p.remove] == [4, 2, 1]  # pending oldest first, then running
+
+
+def test_new_patch_scales_up_only():
+    runners = [er("Running", runner_id=i, patch=1) for i in (1, 2, 3)]
+    p = plan_for(ers(replicas=1, patch_id=2), runners)
+    assert p.create == 0 and p.remove_count == 0
+    p = plan_for(ers(replicas=5, patch_id=2), runners)
+    assert p.create == 2
+
+
+def test_same_patch_is_status_only():
+    runners = [er("Running", runner_id=1, patch=4), er("Succeeded", patch=4)]
+    p = plan_for(ers(replicas=3, patch_id=4), runners)
+    assert p.reason == "patch-already-applied" and p.create == 0 and not p.delete
+    # ARC "keep finished runners until patch id changes": the finished one stays.
+
+
+def test_deleting_runners_count_toward_scale_up():
+    runners = [er("Running", runner_id=1, deleting=True), er("Running", runner_id=2)]
+    assert plan_for(ers(replicas=2, patch_id=0), runners).create == 0
+    assert plan_for(ers(replicas=3, patch_id=0), runners).create == 1
+
+
+def test_failed_runners_occupy_replicas():
+    assert plan_for(ers(replicas=2, patch_id=0), [er("Failed"), er("Running", runner_id=1)]).create == 0
+
+
+# --- finished-runner cleanup (seed 000, 003) ----------------------------------------------------
+
+
+def test_finished_runners_reaped_and_marker_recorded_then_no_replacement():
+    s = ers(replicas=2, patch_id=2)
+    done, busy = er("Succeeded", patch=1), er("Running", runner_id=1, job="j", patch=1)
+    p = plan_for(s, [done, busy])
+    assert p.reason == "finished-cleanup" and p.delete == [done]
+    assert p.status["finishedRunnerCleanupPatchID"] == 2
+    assert p.create == 0  # the decision is made on the next reconcile, on post-cleanup data
+    # next reconcile: the finished runner is gone, the marker equals the patch → suppressed
+    p = plan_for(ers(replicas=2, patch_id=2, marker=2), [busy])
+    assert p.create == 0 and p.reason == "scale-up-suppressed"
+    # the listener publishes a fresh patch that accounts for the completion → scale-up resumes
+    assert plan_for(ers(replicas=2, patch_id=3, marker=2), [busy]).create == 1
+
+
+def test_finished_cleanup_reaped_once_per_patch():
+    # marker already recorded for this patch: no status change needed, only the delete
+    p = plan_for(ers(replicas=2, patch_id=2, marker=2), [er("Succeeded", patch=1)])
+    assert p.reason == "finished-cleanup"
+    assert not p.status or "finishedRunnerCleanupPatchID" not in p.status
+
+
+def test_marker_follows_patch_id_down():
+    """Seed 003: patch IDs reset (listener restart) and wrap; a `>=` guard would be a bug."""
+    assert decide.next_cleanup_marker(7, 3) == 3
+    assert decide.next_cleanup_marker(None, 0) == 0
+    assert decide.next_cleanup_marker(5, 5) is None
+    p = plan_for(ers(replicas=2, patch_id=3, marker=7), [er("Succeeded", patch=8)])
+    assert p.status["finishedRunnerCleanupPatchID"] == 3
+    # and the suppression then fires at the lower patch ID
+    assert decide.scale_up_suppressed(3, 3)
+    assert plan_for(ers(replicas=2, patch_id=3, marker=3), [er("Running", runner_id=1, patch=8)]).create == 0
+
+
+def test_patch_zero_never_suppressed():
+    assert not decide.scale_up_suppressed(0, 0)
+    assert plan_for(ers(replicas=2, patch_id=0, marker=0), []).create == 2
+
+
+# --- revision rollout (seeds 001, 002) ------------------------------------------------------------
+
+
+def test_rollout_removes_idle_and_pending_of_old_revision_keeps_busy():
+    idle = er("Running", runner_id=1, revision=1)
+    pending = er("Pending", runner_id=0, revision=1)
+    busy = er("Running", runner_id=2, job="j", revision=1)
+    old_failed = er("Failed", revision=1)
+    new = er("Running", runner_id=3, revision=2)
+    p = plan_for(ers(replicas=3, revision=2, applied=1), [idle, pending, busy, old_failed, new])
+    assert p.reason == "revision-cleanup"
+    assert set(r.metadata.name for r in p.remove) == {idle.metadata.name, pending.metadata.name}
+    assert p.delete == [old_failed]
+    assert p.status is None and p.publish_applied is None  # not advanced before the cleanup is done
+
+
+def test_rollout_advances_only_when_old_idle_gone_clears_marker_and_publishes():
+    busy = er("Running", runner_id=2, job="j", revision=1)
+    gone = er("Running", runner_id=1, revision=1, deleting=True)
+    p = plan_for(ers(replicas=3, revision=2, applied=1, marker=5), [busy, gone])
+    assert p.reason == "revision-applied"
+    assert p.status["appliedActionableRevision"] == 2
+    assert p.status["finishedRunnerCleanupPatchID"] is None
+    assert p.publish_applied == 2
+
+
+def test_applied_revision_never_goes_backwards():
+    p = plan_for(ers(replicas=0, revision=1, applied=3), [])
+    assert p.status is None or "appliedActionableRevision" not in p.status
+
+
+def test_legacy_runners_without_annotation_count_as_revision_zero():
+    p = plan_for(ers(replicas=1, revision=1, applied=0), [er("Running", runner_id=1)])
+    assert p.reason == "revision-cleanup"
+
+
+def test_stale_outdated_deleted_current_outdated_holds_phase():
+    stale = er("Outdated", revision=1)
+    p = plan_for(ers(replicas=2, revision=2, applied=2), [stale, er("Running", runner_id=1, revision=2)])
+    assert p.reason == "stale-outdated" and p.delete == [stale]
+    current = er("Outdated", revision=2)
+    p = plan_for(ers(replicas=2, revision=2, applied=2), [current])
+    assert p.reason == "outdated-hold" and p.create == 0 and not p.delete
+    assert p.status["phase"] == "Outdated"
+
+
+def test_phase_recomputed_both_ways_when_revision_applied():
+    # an Outdated runner of the old revision no longer holds the phase once revision 2 applies
+    s = ers(replicas=0, revision=2, applied=1, phase="Outdated")
+    p = plan_for(s, [er("Outdated", revision=1, deleting=True)])
+    assert p.reason == "revision-applied" and p.status["phase"] == "Running"
+
+
+# --- desired state ordering -------------------------------------------------------------------------
+
+
+def ds(epoch, t, *, patch=1, replicas=2) -> DesiredState:
+    return DesiredState(scale_set_id=1, ers=ResourceRef("ns", "set"), patch_id=patch, replicas=replicas, listener_epoch=epoch, time=T0 + dt.timedelta(seconds=t))
+
+
+def applied_ann(epoch, t):
+    rec = decide.AppliedDesired(epoch=epoch, time=T0 + dt.timedelta(seconds=t))
+    return {decide.ANNOTATION_APPLIED_DESIRED_STATE: msgspec.json.encode(rec).decode()}
+
+
+def test_desired_patch_applies_and_records_epoch():
+    patch = decide.desired_patch(ers(), ds(5, 10, patch=3, replicas=4))
+    assert patch["spec"] == {"replicas": 4, "patchID": 3}
+    rec = msgspec.json.decode(patch["metadata"]["annotations"][decide.ANNOTATION_APPLIED_DESIRED_STATE], type=decide.AppliedDesired)
+    assert rec.epoch == 5 and rec.patch_id == 3
+
+
+def test_older_epoch_never_overrides_newer():
+    s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10))
+    assert decide.desired_patch(s, ds(4, 20)) is None  # deposed leader, even if later
+    assert decide.desired_patch(s, ds(6, 0)) is not None  # new leader, even with an earlier clock
+    assert decide.desired_patch(s, ds(5, 9)) is None  # same epoch: older message loses
+    assert decide.desired_patch(s, ds(5, 11, patch=4)) is not None  # same epoch: latest wins
+
+
+def test_epoch_reset_heals_after_grace():
+    s = ers(annotations=applied_ann(50, 0))
+    assert decide.desired_patch(s, ds(2, 60)) is None
+    assert decide.desired_patch(s, ds(2, 300)) is not None
+
+
+def test_same_message_is_noop_and_garbled_record_is_no_record():
+    msg = ds(5, 10, patch=3, replicas=4)
+    s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10))
+    assert decide.desired_patch(s, msg) is None
+    assert decide.desired_patch(ers(annotations={decide.ANNOTATION_APPLIED_DESIRED_STATE: "{garbage"}), msg) is not None
+
+
+def test_newer_desired_and_problems():
+    a, b = ds(1, 50), ds(2, 0)
+    assert decide.newer_desired(a, b) is b and decide.newer_desired(b, a) is b
+    assert decide.newer_desired(None, a) is a
+    assert decide.desired_problem(ds(1, 0, replicas=-1))
+    assert decide.desired_problem(ds(1, 0)) is None
+
+
+# --- the runner object ------------------------------------------------------------------------------
+
+
+def test_new_runner_carries_annotations_owner_labels_finalizers():
+    s = ers(replicas=1, patch_id=7, revision=3, annotations={"a": "1", decide.ANNOTATION_APPLIED_DESIRED_STATE: "x"}, labels={"actions.github.com/scale-set-name": "set"})
+    body = decide.new_runner(s)
+    meta = body["metadata"]
+    assert meta["generateName"] == "set-runner-"
+    assert meta["annotations"][ANNOTATION_PATCH_ID] == "7"
+    assert meta["annotations"][ANNOTATION_ACTIONABLE_REVISION] == "3"
+    assert meta["annotations"]["a"] == "1" and decide.ANNOTATION_APPLIED_DESIRED_STATE not in meta["annotations"]
+    assert meta["labels"]["app.kubernetes.io/component"] == "runner"
+    assert meta["labels"]["actions.github.com/scale-set-name"] == "set"
+    assert meta["finalizers"] == [FINALIZER_EPHEMERAL_RUNNER, FINALIZER_RUNNER_REGISTRATION]
+    (ref,) = meta["ownerReferences"]
+    assert ref["uid"] == "ers-uid" and ref["controller"] is True and ref["kind"] == "EphemeralRunnerSet"
+    assert body["spec"]["runnerScaleSetId"] == 1 and body["spec"]["githubConfigUrl"] == "https://github.com/org"
+    decode(EphemeralRunner, {**body, "metadata": {**meta, "name": "x"}})  # a valid object
+
+
+def test_deletion_plan():
+    assert decide.plan_deletion(decide.bucket_runners([])).remove_finalizer
+    busy = er("Running", runner_id=1, job="j")
+    idle = er("Running", runner_id=2)
+    fin = er("Succeeded")
+    dp = decide.plan_deletion(decide.bucket_runners([busy, idle, fin]))
+    assert not dp.remove_finalizer and dp.delete == [fin] and dp.remove == [idle]
+
+
+def test_status_diff_only_when_different():
+    s = ers(replicas=1)
+    b = decide.bucket_runners([er("Running", runner_id=1)])
+    wanted = decide.desired_status(s, b, 0)
+    diff = decide.status_diff(s.status, wanted)
+    assert diff == {"currentReplicas": 1, "runningEphemeralRunners": 1}
+    s.status.current_replicas = 1
+    s.status.running_ephemeral_runners = 1
+    assert decide.status_diff(s.status, wanted) is None
+
+
+def test_proxy_secret_data_is_arcs_to_secret_data():
+    from shared.api import ProxyConfig, ProxyServerConfig
+
+    proxy = ProxyConfig(http=ProxyServerConfig(url="http://proxy.example:3128", credential_secret_ref="creds"), no_proxy=["a.example", "b.example"])
+    assert decide.proxy_secret_data(proxy, {"creds": ("test", "pass word")}) == {
+        "http_proxy": "http://test:pass%20word@proxy.example:3128",
+        "https_proxy": "",
+        "no_proxy": "a.example,b.example",
+    }
+    s = ers(replicas=1)
+    assert decide.new_runner(s, "set-abc-runner-proxy")["spec"]["proxySecretRef"] == "set-abc-runner-proxy"
+    assert "proxySecretRef" not in decide.new_runner(s)["spec"]

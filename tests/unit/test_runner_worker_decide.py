@@ -1,0 +1,226 @@
+"""The runner worker's pure decisions: ARC's pod outcome table (§2.3 step 10, §7.3) and the
+better-than-ARC rules (lost pod with a job, start deadline, hung after job, removal give-up)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import msgspec
+import pytest
+
+from shared.api import EphemeralRunner, decode
+from shared.kube.objects import Pod
+from services.runner import decide
+from services.runner.decide import (
+    CreatePod,
+    DeleteRunner,
+    MarkOutdated,
+    PatchStatus,
+    PodOutcome,
+    RecordFailure,
+    RunnerSettings,
+    Wait,
+)
+from services.runner.jobs import ANNOTATION_JOB_COMPLETED
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+S = RunnerSettings()
+
+
+def er(status: dict | None = None, annotations: dict | None = None, created: datetime = NOW) -> EphemeralRunner:
+    return decode(
+        EphemeralRunner,
+        {
+            "apiVersion": "actions.github.com/v1alpha1",
+            "kind": "EphemeralRunner",
+            "metadata": {"name": "r", "namespace": "ns", "uid": "er-uid", "annotations": annotations or {}, "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")},
+            "spec": {"githubConfigUrl": "https://github.com/o", "githubConfigSecret": "s", "runnerScaleSetId": 1, "spec": {"containers": [{"name": "runner", "image": "i"}]}},
+            "status": status or {},
+        },
+    )
+
+
+def pod(phase: str = "Running", runner_state: dict | None = None, init_state: dict | None = None, uid: str = "pod-1", created: datetime = NOW, **status) -> Pod:
+    st: dict = {"phase": phase, **status}
+    if runner_state is not None:
+        st["containerStatuses"] = [{"name": "runner", "state": runner_state}]
+    if init_state is not None:
+        st["initContainerStatuses"] = [{"name": "setup", "state": init_state}]
+    meta = {"name": "r", "namespace": "ns", "uid": uid, "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return msgspec.json.decode(msgspec.json.encode({"metadata": meta, "status": st}), type=Pod)
+
+
+def term(code: int, reason: str = "") -> dict:
+    return {"terminated": {"exitCode": code, "reason": reason}}
+
+
+RUNNING = {"running": {"startedAt": "2026-11-29T11:00:00Z"}}
+
+
+# --- classification ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("p", "outcome"),
+    [
+        (pod("Failed"), PodOutcome.FAILED_WITHOUT_RUNNER_STATUS),  # evicted, OutOf*, no status
+        (pod("Failed", RUNNING), PodOutcome.FAILED_WITHOUT_RUNNER_STATUS),  # failed, runner not terminated
+        (pod("Failed", term(0)), PodOutcome.SUCCEEDED),
+        (pod("Failed", term(7)), PodOutcome.OUTDATED),
+        (pod("Failed", term(1)), PodOutcome.FAILED),
+        (pod("Pending", init_state=term(1, "StartError")), PodOutcome.INIT_FAILED),
+        (pod("Pending", init_state=term(0)), PodOutcome.NO_RUNNER_STATUS),
+        (pod("Running"), PodOutcome.NO_RUNNER_STATUS),
+        (pod("Running", RUNNING), PodOutcome.ACTIVE),
+        (pod("Pending", {"waiting": {"reason": "ContainerCreating"}}), PodOutcome.ACTIVE),
+        (pod("Running", term(7)), PodOutcome.OUTDATED),
+        (pod("Running", term(3)), PodOutcome.FAILED),
+        (pod("", term(1)), PodOutcome.FAILED),  # ARC test 3: terminated exit 1, pod phase unset
+        (pod("Succeeded", term(0)), PodOutcome.SUCCEEDED),
+        (pod("Succeeded", RUNNING), PodOutcome.ACTIVE),  # ARC test 20: phase alone never completes
+    ],
+)
+def test_classify_pod(p, outcome):
+    assert decide.classify_pod(p) is outcome
+
+
+# --- decisions on an existing pod --------------------------------------------------------------
+
+
+def test_exit_0_deletes_the_runner_with_or_without_job():
+    assert isinstance(decide.decide_pod(er(), pod("Failed", term(0)), NOW, S), DeleteRunner)
+    assert isinstance(decide.decide_pod(er({"jobId": "1"}), pod("Failed", term(0)), NOW, S), DeleteRunner)
+
+
+def test_exit_7_marks_outdated():
+    d = decide.decide_pod(er(), pod("Failed", term(7)), NOW, S)
+    assert isinstance(d, MarkOutdated)
+    assert d.status_patch["status"]["phase"] == "Outdated" and d.status_patch["status"]["reason"] == "Outdated"
+
+
+@pytest.mark.parametrize(
+    "p",
+    [pod("Failed", term(1)), pod("Failed", reason="Evicted", message="low memory"), pod("Failed", reason="OutOfpods"), pod("Pending", init_state=term(1, "StartError"))],
+)
+def test_failure_without_job_is_recorded_by_pod_uid(p):
+    d = decide.decide_pod(er(), p, NOW, S)
+    assert isinstance(d, RecordFailure)
+    assert d.pod_uid == "pod-1"
+    assert d.status_patch["status"]["failures"] == {"pod-1": "2026-11-29T12:00:00Z"}
+    assert d.status_patch["status"]["ready"] is False
+
+
+def test_evicted_reason_and_message_are_copied():
+    d = decide.decide_pod(er(), pod("Failed", reason="Evicted", message="low memory"), NOW, S)
+    assert (d.reason, d.message) == ("Evicted", "low memory")
+
+
+def test_same_pod_failure_is_not_counted_twice():
+    d = decide.decide_pod(er({"failures": {"pod-1": "2026-11-29T11:59:00Z"}}), pod("Failed", term(1)), NOW, S)
+    assert isinstance(d, RecordFailure) and d.status_patch is None
+
+
+@pytest.mark.parametrize("p", [pod("Failed", term(1)), pod("Failed"), pod("Pending", init_state=term(1))])
+def test_failure_with_job_deletes_the_runner(p):
+    d = decide.decide_pod(er({"jobId": "42"}), p, NOW, S)
+    assert isinstance(d, DeleteRunner) and d.reason == "PodFailedWithJob"
+
+
+def test_no_runner_status_changes_nothing():
+    assert decide.decide_pod(er(), pod("Running"), NOW, replace(S, pod_start_deadline=0)) == Wait(None, "no runner container status yet")
+
+
+def test_running_pod_status_is_copied_once():
+    d = decide.decide_pod(er(), pod("Running", RUNNING, conditions=[{"type": "Ready", "status": "True"}]), NOW, S)
+    assert isinstance(d, PatchStatus)
+    assert d.status_patch["status"]["phase"] == "Running" and d.status_patch["status"]["ready"] is True
+    same = decide.decide_pod(er({"phase": "Running", "ready": True}), pod("Running", RUNNING, conditions=[{"type": "Ready", "status": "True"}]), NOW, S)
+    assert isinstance(same, Wait)
+
+
+def test_phase_follows_pod_back_to_pending():
+    d = decide.decide_pod(er({"phase": "Running"}), pod("Pending", {"waiting": {}}), NOW, S)
+    assert isinstance(d, PatchStatus) and d.status_patch["status"]["phase"] == "Pending"
+
+
+def test_ready_uses_the_last_ready_condition():
+    p = pod("Running", RUNNING, conditions=[{"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}])
+    assert decide.ready_from_pod(p) is False
+
+
+# --- the pod is missing ----------------------------------------------------------------------------
+
+
+def test_missing_pod_is_created():
+    assert decide.decide_missing_pod(er(), NOW, S) == CreatePod()
+
+
+def test_missing_pod_waits_for_backoff_by_failure_count():
+    failures = {f"p{i}": (NOW - timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ") for i in range(2)}
+    d = decide.decide_missing_pod(er({"failures": failures}), NOW, S)
+    assert isinstance(d, Wait) and d.requeue_after == pytest.approx(10 - 3)
+    assert decide.decide_missing_pod(er({"failures": failures}), NOW + timedelta(seconds=8), S) == CreatePod()
+
+
+def test_backoff_table_is_arcs_and_configurable():
+    assert [S.backoff_for(n) for n in range(7)] == [0, 5, 10, 20, 40, 80, 80]
+    assert RunnerSettings(failure_backoff=(0.0, 0.01)).backoff_for(4) == 0.01
+    with pytest.raises(ValueError):
+        RunnerSettings(failure_backoff=())
+
+
+def test_more_than_max_failures_is_too_many():
+    five = {f"p{i}": "2026-11-29T11:00:00Z" for i in range(5)}
+    assert not decide.too_many_failures(er({"failures": five}), S)
+    assert decide.too_many_failures(er({"failures": {**five, "p5": "2026-11-29T11:00:00Z"}}), S)
+
+
+def test_pod_lost_with_a_job_deletes_the_runner():
+    d = decide.decide_missing_pod(er({"jobId": "9"}), NOW, S)
+    assert isinstance(d, DeleteRunner) and d.reason == "PodLostWithJob"
+
+
+# --- better than ARC: deadlines ------------------------------------------------------------------
+
+
+def test_pod_that_never_starts_hits_the_deadline():
+    old = NOW - timedelta(seconds=S.pod_start_deadline + 1)
+    d = decide.decide_pod(er(), pod("Pending", uid="p", created=old), NOW, S)
+    assert isinstance(d, DeleteRunner) and d.reason == "PodStartTimeout"
+    young = decide.decide_pod(er(), pod("Pending", created=NOW - timedelta(seconds=10)), NOW, S)
+    assert isinstance(young, Wait) and young.requeue_after == pytest.approx(S.pod_start_deadline - 10)
+    # a started runner is never "not started"
+    assert not isinstance(decide.decide_pod(er(), pod("Running", RUNNING, created=old), NOW, S), DeleteRunner)
+    # disabled
+    assert not isinstance(decide.decide_pod(er(), pod("Pending", created=old), NOW, replace(S, pod_start_deadline=0)), DeleteRunner)
+
+
+def test_runner_hung_after_job_completed_is_deleted_after_grace():
+    ann = {ANNOTATION_JOB_COMPLETED: "job=42;result=succeeded;at=2026-11-29T11:57:00Z"}
+    d = decide.decide_pod(er({"jobId": "42", "phase": "Running"}, ann), pod("Running", RUNNING), NOW, S)
+    assert isinstance(d, DeleteRunner) and d.reason == "RunnerHungAfterJob"
+    within = decide.decide_pod(er({"jobId": "42", "phase": "Running"}, ann), pod("Running", RUNNING), NOW - timedelta(seconds=100), S)
+    assert isinstance(within, Wait) and within.requeue_after == pytest.approx(40)
+    # a completion about another job is not this runner's
+    other = {ANNOTATION_JOB_COMPLETED: "job=41;result=succeeded;at=2026-11-29T11:00:00Z"}
+    assert isinstance(decide.decide_pod(er({"jobId": "42", "phase": "Running"}, other), pod("Running", RUNNING), NOW, S), Wait)
+
+
+def test_quota_retries_then_gives_up():
+    assert decide.quota_decision(er(created=NOW), NOW, S) == Wait(S.quota_retry, "exceeded quota")
+    old = decide.quota_decision(er(created=NOW - timedelta(seconds=601)), NOW, S)
+    assert isinstance(old, DeleteRunner)
+
+
+def test_removal_is_abandoned_only_when_the_pod_is_gone_and_time_passed():
+    since = NOW - timedelta(seconds=S.removal_give_up_after + 1)
+    assert decide.should_abandon_removal(since, False, NOW, S)
+    assert not decide.should_abandon_removal(since, True, NOW, S)
+    assert not decide.should_abandon_removal(NOW, False, NOW, S)
+    assert not decide.should_abandon_removal(since, False, NOW, replace(S, removal_give_up_after=0))
+
+
+def test_runner_id_patch_only_when_changed():
+    assert decide.runner_id_patch(er(), 5, "r") == {"status": {"runnerId": 5, "runnerName": "r"}}
+    assert decide.runner_id_patch(er({"runnerId": 5, "runnerName": "r"}), 5, "r") is None

@@ -1,0 +1,225 @@
+"""The runner worker's async shell with fakes (no servers): the paths scenario tests cannot
+stage deterministically — a Secret written concurrently, name collisions, removal give-up."""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from shared.actions import JitRunnerConfig, JobStillRunningError, RunnerExistsError, RunnerNotFoundError, RunnerReference
+from shared.api import EphemeralRunner, decode
+from shared.kube import EPHEMERAL_RUNNERS, PODS, SECRETS, AlreadyExists, Result
+from shared.kube.objects import Pod, Secret
+from services.runner.decide import RunnerSettings
+from services.runner.reconciler import RunnerReconciler, _Stop
+
+pytestmark = pytest.mark.anyio
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+
+
+def er(status: dict | None = None, deleting: bool = False) -> EphemeralRunner:
+    meta: dict[str, Any] = {"name": "r", "namespace": "ns", "uid": "er-uid", "resourceVersion": "7"}
+    if deleting:
+        meta["deletionTimestamp"] = (NOW - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return decode(
+        EphemeralRunner,
+        {
+            "apiVersion": "actions.github.com/v1alpha1",
+            "kind": "EphemeralRunner",
+            "metadata": meta,
+            "spec": {"githubConfigUrl": "https://github.com/o", "githubConfigSecret": "s", "runnerScaleSetId": 1, "spec": {"containers": [{"name": "runner", "image": "i"}]}},
+            "status": status or {},
+        },
+    )
+
+
+def secret(runner_id: str) -> Secret:
+    return Secret(metadata=decode_meta("r", "sec-uid"), data={"runnerId": base64.b64encode(runner_id.encode()).decode(), "jitToken": "eA=="})
+
+
+def decode_meta(name: str, uid: str) -> Any:
+    from shared.api import ObjectMeta
+
+    return ObjectMeta(name=name, namespace="ns", uid=uid)
+
+
+class FakeReader:
+    def __init__(self, objects: dict[Any, Any] | None = None) -> None:
+        self.objects = objects or {}
+        self.gets: list[Any] = []
+
+    async def get_or_none(self, resource, key, **kw):
+        self.gets.append(resource)
+        return self.objects.get(resource)
+
+    async def get(self, resource, key, **kw):
+        obj = self.objects.get(resource)
+        assert obj is not None
+        return obj
+
+
+class FakeWriter:
+    def __init__(self, create_error: Exception | None = None) -> None:
+        self.calls: list[tuple[str, Any, dict]] = []
+        self.create_error = create_error
+
+    async def create(self, resource, body, **kw):
+        self.calls.append(("create", resource, body))
+        if self.create_error is not None:
+            raise self.create_error
+        return body
+
+    async def delete(self, resource, key, **kw):
+        self.calls.append(("delete", resource, kw))
+        return True
+
+
+class FakeEvents:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    async def warning(self, obj, reason, message):
+        self.seen.append((reason, message))
+
+    async def normal(self, obj, reason, message):
+        self.seen.append((reason, message))
+
+
+class FakeClient:
+    def __init__(self, *, jit_error: Exception | None = None, found: RunnerReference | None = None, remove_error: Exception | None = None) -> None:
+        self.jit_error = jit_error
+        self.found = found
+        self.remove_error = remove_error
+        self.removed: list[int] = []
+
+    async def generate_jit_config(self, scale_set_id, name, *, work_folder=""):
+        if self.jit_error is not None:
+            raise self.jit_error
+        return JitRunnerConfig(runner=RunnerReference(id=9, name=name, runner_scale_set_id=scale_set_id), encoded_jit_config="ZW5j")
+
+    async def get_runner_by_name(self, name):
+        return self.found
+
+    async def remove_runner(self, runner_id):
+        self.removed.append(runner_id)
+        if self.remove_error is not None:
+            raise self.remove_error
+
+
+class FakeClients:
+    def __init__(self, client: FakeClient | None = None, error: Exception | None = None) -> None:
+        self.client = client
+        self.error = error
+
+    async def for_spec(self, namespace, spec):
+        if self.error is not None:
+            raise self.error
+        return self.client
+
+
+def reconciler(reader=None, writer=None, client=None, clients=None, **settings) -> tuple[RunnerReconciler, FakeEvents]:
+    events = FakeEvents()
+    rec = RunnerReconciler(
+        reader or FakeReader(),
+        writer or FakeWriter(),
+        events,  # type: ignore[arg-type]
+        clients or FakeClients(client or FakeClient()),
+        RunnerSettings(**settings),
+        clock=lambda: NOW,
+    )
+    return rec, events
+
+
+async def test_secret_written_concurrently_for_another_registration_is_replaced():
+    reader = FakeReader({SECRETS: None})
+    writer = FakeWriter(create_error=AlreadyExists("POST secrets", "exists"))
+    rec, _ = reconciler(reader, writer)
+    reader.objects[SECRETS] = None
+
+    async def get(resource, key, **kw):
+        return secret("5")
+
+    reader.get = get  # type: ignore[method-assign]
+    with pytest.raises(_Stop) as stop:
+        await rec._ensure_secret(er())
+    assert stop.value.result == Result(requeue_after=0.0)
+    assert ("delete", SECRETS, {"uid": "sec-uid", "missing_ok": True}) in writer.calls
+
+
+async def test_secret_written_concurrently_for_our_registration_is_kept():
+    reader = FakeReader()
+    writer = FakeWriter(create_error=AlreadyExists("POST secrets", "exists"))
+    rec, _ = reconciler(reader, writer)
+
+    async def get(resource, key, **kw):
+        return secret("9")
+
+    reader.get = get  # type: ignore[method-assign]
+    got = await rec._ensure_secret(er())
+    assert got.metadata.uid == "sec-uid"
+    assert not [c for c in writer.calls if c[0] == "delete"]
+
+
+@pytest.mark.parametrize(
+    ("found", "removed", "result", "er_deleted"),
+    [
+        (None, [], Result(requeue_after=0.5), False),
+        (RunnerReference(id=3, name="r", runner_scale_set_id=1), [3], Result(requeue_after=0.5), False),
+        (RunnerReference(id=3, name="r", runner_scale_set_id=2), [], None, True),
+    ],
+)
+async def test_runner_exists_resolution(found, removed, result, er_deleted):
+    client = FakeClient(jit_error=RunnerExistsError("POST x", status=409), found=found)
+    writer = FakeWriter()
+    rec, events = reconciler(FakeReader(), writer, client, runner_exists_requeue=0.5)
+    with pytest.raises(_Stop) as stop:
+        await rec._ensure_secret(er())
+    assert stop.value.result == result
+    assert client.removed == removed
+    assert any(c[0] == "delete" and c[1] is EPHEMERAL_RUNNERS for c in writer.calls) is er_deleted
+    if er_deleted:
+        assert events.seen[0][0] == "RunnerNameTaken"
+
+
+async def test_removal_without_id_secret_or_client_counts_as_done():
+    rec, _ = reconciler(FakeReader({SECRETS: None}), clients=FakeClients(error=RuntimeError("Secret s in namespace ns: not found")))
+    await rec._remove_runner(er(deleting=True))  # no raise
+
+
+async def test_removal_with_known_id_and_no_client_is_an_error():
+    rec, events = reconciler(FakeReader(), clients=FakeClients(error=RuntimeError("Secret s in namespace ns: not found")))
+    with pytest.raises(RuntimeError):
+        await rec._remove_runner(er({"runnerId": 4}, deleting=True))
+    assert events.seen[0][0] == "ActionsCredentialsUnavailable"
+
+
+async def test_removal_by_name_only_in_this_scale_set():
+    other = FakeClient(found=RunnerReference(id=3, name="r", runner_scale_set_id=2))
+    rec, _ = reconciler(FakeReader({SECRETS: None}), client=other)
+    await rec._remove_runner(er(deleting=True))
+    assert other.removed == []
+    ours = FakeClient(found=RunnerReference(id=3, name="r", runner_scale_set_id=1), remove_error=RunnerNotFoundError("DELETE x", status=404))
+    rec, _ = reconciler(FakeReader({SECRETS: None}), client=ours)
+    await rec._remove_runner(er(deleting=True))
+    assert ours.removed == [3]
+
+
+def _pod(phase: str, running: bool) -> Pod:
+    import msgspec
+
+    st: dict[str, Any] = {"phase": phase}
+    if running:
+        st["containerStatuses"] = [{"name": "runner", "state": {"running": {}}}]
+    return msgspec.json.decode(msgspec.json.encode({"metadata": {"name": "r", "namespace": "ns", "uid": "p"}, "status": st}), type=Pod)
+
+
+@pytest.mark.parametrize(("pod", "expected"), [(None, None), (_pod("Running", True), Result(requeue_after=30.0))])
+async def test_busy_runner_removal_waits_unless_its_pod_is_gone_for_long(pod, expected):
+    client = FakeClient(remove_error=JobStillRunningError("DELETE x", status=400))
+    rec, events = reconciler(FakeReader({PODS: pod}), client=client)
+    assert await rec._unregister(er({"runnerId": 4}, deleting=True)) == expected
+    assert ("RunnerRemovalAbandoned" in [r for r, _ in events.seen]) is (expected is None)
