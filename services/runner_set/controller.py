@@ -10,6 +10,9 @@ re-queued at once and decided again on a fresh read.
 from __future__ import annotations
 
 import base64
+import logging
+
+import anyio
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -34,7 +37,8 @@ GAUGE_LABELS = ("name", "namespace", "repository", "organization", "enterprise")
 CONFLICT_REQUEUE = 0.01
 DELETION_REQUEUE = 5.0
 ACTIONS_RETRY = 5.0
-SAFETY_REQUEUE = 1.0  # multi-step plans re-run after this even if no watch event arrives
+SAFETY_REQUEUE = 1.0
+CREATE_CONCURRENCY = 8  # parallel EphemeralRunner creates per reconcile  # multi-step plans re-run after this even if no watch event arrives
 
 
 class RunnerSetMetrics:
@@ -163,8 +167,8 @@ class RunnerSetWorker:
         b = decide.bucket_runners(await self._runners(ers))
         self.metrics.set(key, ers, b)
         p = decide.plan(ers, b)
-        if p.reason not in ("steady", "patch-already-applied"):
-            log.info(
+        if p.reason not in ("steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed") or log_debug_enabled():
+            (log.debug if p.reason in ("steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed") else log.info)(
                 "reconcile",
                 namespace=key.namespace,
                 name=key.name,
@@ -239,17 +243,36 @@ class RunnerSetWorker:
         retry: Result | None = None
         if p.remove and p.remove_count:
             retry = await self._remove_idle(ers, p.remove, p.remove_count)
-        for _ in range(p.create):
-            try:
-                await ctx.writer.create(EPHEMERAL_RUNNERS, decide.new_runner(ers, proxy_secret))
-            except (Invalid, BadRequest) as exc:
-                await ctx.events.warning(ers, "RunnerCreateFailed", str(exc))
-                raise
+        if p.create:
+            await self._create_runners(ers, p.create, proxy_secret)
         if not status_first and p.status:
             ers = await self._patch_status(key, ers, p.status)
             if p.publish_applied is not None:
                 await self._revision_applied(ers, p.publish_applied)
         return retry
+
+    async def _create_runners(self, ers: EphemeralRunnerSet, count: int, proxy_secret: str) -> None:
+        """Create ``count`` runners, at most CREATE_CONCURRENCY at a time; the first failure is
+        raised after the others finished (the next reconcile re-LISTs and creates what is missing)."""
+        body = decide.new_runner(ers, proxy_secret)
+        limiter = anyio.CapacityLimiter(CREATE_CONCURRENCY)
+        failures: list[Exception] = []
+
+        async def one() -> None:
+            async with limiter:
+                try:
+                    await self.ctx.writer.create(EPHEMERAL_RUNNERS, body)
+                except Exception as exc:  # noqa: BLE001 - collected, re-raised below
+                    failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(count):
+                tg.start_soon(one)
+        if failures:
+            exc = failures[0]
+            if isinstance(exc, (Invalid, BadRequest)):
+                await self.ctx.events.warning(ers, "RunnerCreateFailed", str(exc))
+            raise exc
 
     async def _patch_status(self, key: ObjectKey, ers: EphemeralRunnerSet, fields: dict[str, Any]) -> EphemeralRunnerSet:
         return await self.ctx.writer.patch_status(EPHEMERAL_RUNNER_SETS, key, {"status": fields}, resource_version=ers.metadata.resource_version)
@@ -353,6 +376,10 @@ class RunnerSetWorker:
         elif current.data != data:
             await ctx.writer.patch_merge(SECRETS, ObjectKey(ns, name), {"data": data}, resource_version=current.metadata.resource_version)
         return name
+
+
+def log_debug_enabled() -> bool:
+    return logging.getLogger(__name__).isEnabledFor(logging.DEBUG)
 
 
 def _text(secret: Any, key: str) -> str:
