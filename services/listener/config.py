@@ -105,10 +105,11 @@ class ListenerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     nats: NatsSettings = NatsSettings()
     ha: HASettings = HASettings()
     session: SessionSettings = SessionSettings()
-    #: host:port for /metrics; empty disables metrics.
+    #: host:port for /metrics; port 0 picks a free port; empty or ``"0"`` (ARC) disables metrics.
     metrics_addr: str = ":8080"
     metrics_endpoint: str = "/metrics"
-    #: host:port for /healthz and /readyz; empty disables them.
+    #: host:port for /healthz and /readyz; port 0 picks a free port; empty or ``"0"`` disables them.
+    #: Equal to metrics_addr: one server for all three paths.
     health_addr: str = ":8081"
     log_level: str = "info"
     #: Accepted for ARC compatibility; runnerscale always logs JSON.
@@ -166,7 +167,7 @@ def validate(cfg: ListenerConfig) -> ListenerConfig:
     except SettingsError as exc:
         raise ConfigError(f"{_bus_field(exc.setting)}: {exc.problem}") from None
     for field, addr in (("metrics_addr", cfg.metrics_addr), ("health_addr", cfg.health_addr)):
-        if addr:
+        if listen_enabled(addr):
             try:
                 parse_listen_addr(addr)
             except ValueError as exc:
@@ -268,9 +269,14 @@ def credentials_of(cfg: ListenerConfig) -> PersonalAccessToken | AppCredentials:
     )
 
 
+def listen_enabled(addr: str) -> bool:
+    """False for a server turned off: an empty address or ARC's ``"0"``."""
+    return (addr or "").strip() not in ("", "0")
+
+
 def parse_listen_addr(addr: str) -> tuple[str, int]:
     """``":8080"`` / ``"0.0.0.0:8080"`` / ``"127.0.0.1:0"`` -> (host, port)."""
-    host, sep, port_text = addr.rpartition(":")
+    host, sep, port_text = addr.strip().rpartition(":")
     if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"{addr!r} is not a host:port listen address")
     return (host.strip("[]") or "0.0.0.0", int(port_text))

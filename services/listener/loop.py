@@ -13,6 +13,10 @@ it again to the next session and the effects are published again: job events car
 
 Empty polls re-publish the desired state from the latest statistics, as ARC re-asserts its target
 about every 50 s, so a lost or superseded message heals.
+
+A message that does not decode (garbled body, unknown envelope type, no statistics) but whose
+envelope names its id is *rejected*: logged, counted, the desired state re-published from the last
+good statistics, and acknowledged, so one bad message can never stall the scale set.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from services.listener.scaling import DesiredDecision, ScalerState, decide, mark
 from shared.actions.errors import RateLimitedError, ServiceUnavailableError, TransportError
 from shared.actions.messages import JobCompleted as ServiceJobCompleted
 from shared.actions.messages import JobStarted as ServiceJobStarted
-from shared.actions.messages import Message
+from shared.actions.messages import Message, MessageDecodeError
 from shared.actions.models import ScaleSetStatistics
 from shared.actions.session import MessageSessionClient
 from shared.bus import messages as bus
@@ -196,7 +200,11 @@ class SessionLoop:
         else:
             log.warning("session came without statistics; deciding after the first poll")
         while True:
-            message = await self._poll()
+            try:
+                message = await self._poll()
+            except MessageDecodeError as exc:
+                await self.reject(exc)
+                continue
             if message is None:
                 await self.publish_desired(self.latest_statistics)
                 continue
@@ -219,6 +227,36 @@ class SessionLoop:
             self.health.polled()
             self.polls += 1
             return message
+
+    async def reject(self, exc: MessageDecodeError) -> None:
+        """A message the service sent but we cannot decode. With its id known: log it, count it,
+        re-publish the desired state from the last good statistics (durably, as for any message),
+        then acknowledge it so the queue moves on. Without an id nothing can be acknowledged: the
+        error propagates and the session is re-created (``malformed_envelope``)."""
+        if exc.message_id is None:
+            self.metrics.record_rejected(exc.reason)
+            log.error(
+                "a service message could not be decoded and names no message id; it cannot be acknowledged",
+                reason=exc.reason,
+                error=str(exc),
+            )
+            raise exc
+        self.health.polled()  # the service answered; the poll itself worked
+        self.polls += 1
+        if self.metrics.first_sight(exc.message_id):  # counted once, even if delivered again
+            self.metrics.record_rejected(exc.reason)
+        message_type = exc.message_type[:100]
+        log.error(
+            "rejected a service message that cannot be decoded; acknowledging it and keeping the last good statistics",
+            message_id=exc.message_id,
+            message_type=message_type,
+            reason=exc.reason,
+            error=str(exc),
+        )
+        decision = await self.publish_desired(self.latest_statistics)
+        await self.client.delete_message(exc.message_id)
+        self.last_message_id = exc.message_id
+        log.info("acknowledged a rejected message", message_id=exc.message_id, replicas=decision.replicas, patch_id=decision.patch_id)
 
     async def handle(self, message: Message) -> None:
         received_at = dt.datetime.now(dt.timezone.utc)

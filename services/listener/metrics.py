@@ -112,6 +112,12 @@ class ListenerMetrics:
             SCALE_SET_LABELS,
             registry=r,
         )
+        self.rejected_messages = Counter(
+            "runnerscale_listener_rejected_messages",
+            "Service messages that could not be decoded, by reason; acknowledged unless they carry no id.",
+            (*SCALE_SET_LABELS, "reason"),
+            registry=r,
+        )
         self.last_patch_id = gauge("runnerscale_listener_patch_id", "Patch ID of the last published desired state.")
 
     def first_sight(self, message_id: int) -> bool:
@@ -149,6 +155,9 @@ class ListenerMetrics:
 
     def record_session_conflict(self) -> None:
         self.session_conflicts.labels(**self._scale_set).inc()
+
+    def record_rejected(self, reason: str) -> None:
+        self.rejected_messages.labels(**self._scale_set, reason=reason).inc()
 
     # -- jobs --------------------------------------------------------------------------------
 

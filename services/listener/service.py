@@ -20,8 +20,9 @@ from contextlib import AsyncExitStack
 
 import anyio
 import msgspec
+from prometheus_client import disable_created_metrics
 
-from services.listener.config import ListenerConfig, bus_settings, credentials_of, owner_name
+from services.listener.config import ListenerConfig, bus_settings, credentials_of, listen_enabled, owner_name
 from services.listener.health import HealthState, HttpEndpoints, Role, build_app
 from services.listener.loop import Identity, SessionLoop
 from services.listener.metrics import ListenerMetrics
@@ -64,6 +65,9 @@ class Listener:
     """
 
     def __init__(self, cfg: ListenerConfig, *, owner: str | None = None, actions_client: ActionsClient | None = None) -> None:
+        # ARC exports no ``*_created`` series and dashboards built for ARC expect its series only.
+        # prometheus_client's switch is process-wide; the listener process serves only these.
+        disable_created_metrics()
         self.cfg = cfg
         self.owner = owner or owner_name()
         self.ident = Identity.from_config(cfg)
@@ -99,14 +103,7 @@ class Listener:
             try:
                 await self._start_endpoints()
                 task_status.started(self)
-                try:
-                    await self._run_connected()
-                except OSError as exc:
-                    # Closing the NATS connection while the server is unreachable raises from
-                    # inside Bus.connect's cleanup; on the way out that is not an error.
-                    if not self._scope.cancel_called:
-                        raise
-                    log.warning("NATS connection not closed cleanly on shutdown", error=type(exc).__name__)
+                await self._run_connected()  # Bus.connect closes NATS cleanly even when it is down
             finally:
                 self.health.role = Role.STOPPING
                 self.metrics.set_leader(False)
@@ -116,15 +113,16 @@ class Listener:
     async def _start_endpoints(self) -> None:
         cfg = self.cfg
         staleness = cfg.session.poll_staleness_seconds
-        if cfg.metrics_addr and cfg.metrics_addr == cfg.health_addr:
+        metrics_on, health_on = listen_enabled(cfg.metrics_addr), listen_enabled(cfg.health_addr)
+        if metrics_on and health_on and cfg.metrics_addr.strip() == cfg.health_addr.strip():
             app = build_app(state=self.health, staleness=staleness, metrics=self.metrics, metrics_path=cfg.metrics_endpoint, health=True)
             port = await self.endpoints.start("health", app, cfg.health_addr)
             self.endpoints.ports["metrics"] = port
             return
-        if cfg.health_addr:
+        if health_on:
             app = build_app(state=self.health, staleness=staleness, metrics=None, metrics_path="", health=True)
             await self.endpoints.start("health", app, cfg.health_addr)
-        if cfg.metrics_addr:
+        if metrics_on:
             app = build_app(state=self.health, staleness=staleness, metrics=self.metrics, metrics_path=cfg.metrics_endpoint, health=False)
             await self.endpoints.start("metrics", app, cfg.metrics_addr)
 
@@ -138,7 +136,7 @@ class Listener:
         lease_name = bus_subjects.listener_lease_name(self.ident.scale_set.namespace, self.ident.scale_set.name)
         async with actions, AsyncExitStack() as stack:
             bus = await self._connect_bus(stack)
-            records = SessionRecords(bus.js, replicas=self.bus_settings.stream_replicas, timeout=self.bus_settings.request_timeout)
+            records = SessionRecords(bus, timeout=self.bus_settings.request_timeout)
             async with LeaderLease.join(bus, lease_name, replica_id=self.owner) as lease:
                 self._lease = lease
                 try:

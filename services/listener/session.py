@@ -5,7 +5,8 @@ The service allows one session per scale set. A listener that died without delet
 answers 409 ``RunnerScaleSetSessionConflictException``; ARC's listener crash-loops on that.
 
 runnerscale records every session it creates in a NATS KV bucket (``runnerscale_listener_sessions``,
-key = scale set id). On a 409 the lease holder (only it can get here) looks the record up:
+key ``scaleset-<id>``; both named in :mod:`shared.bus.subjects`, the bucket created or checked by
+the bus set-up with the others). On a 409 the lease holder (only it can get here) looks the record up:
 
 * **take over**: the record names a session created by an earlier listener of this scale set;
   the new leader deletes that session by id (the admin API allows it) and creates its own at once;
@@ -25,18 +26,19 @@ from typing import Any
 
 import anyio
 import msgspec
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
-from nats.js.api import KeyValueConfig
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from services.listener.config import SessionSettings
 from services.listener.metrics import ListenerMetrics
 from shared.actions.errors import ActionsHTTPError, SessionConflictError, SessionNotFoundError
+from shared.bus import Bus
+from shared.bus.subjects import SESSIONS_BUCKET, listener_session_key
 from shared.log import get_logger
 
 log = get_logger(__name__)
 
-SESSIONS_BUCKET = "runnerscale_listener_sessions"
+__all__ = ["SESSIONS_BUCKET", "ListenerGaveUp", "SessionRecord", "SessionRecords", "close_session", "open_session", "session_key"]
 
 
 class ListenerGaveUp(Exception):
@@ -53,38 +55,24 @@ class SessionRecord(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
     created: dt.datetime
 
 
-def session_key(scale_set_id: int) -> str:
-    return f"scaleset-{scale_set_id}"
+session_key = listener_session_key  # the key naming lives in shared.bus.subjects
 
 
 class SessionRecords:
-    """The KV bucket of session records, opened (or created) lazily and retried on every use.
+    """The KV bucket of session records. ``Bus.connect`` creates or checks it at start-up with
+    the other buckets; if that was skipped, :meth:`Bus.key_value` does it on first use.
 
     Failures here never stop the listener: a missing record only means a 409 is waited out
     instead of taken over, so every error is logged and swallowed.
     """
 
-    def __init__(self, js: Any, *, replicas: int = 1, timeout: float = 5.0) -> None:
-        self._js = js
-        self._replicas = replicas
+    def __init__(self, bus: Bus, *, timeout: float = 5.0) -> None:
+        self._bus = bus
         self._timeout = timeout
-        self._kv: KeyValue | None = None
 
     async def _bucket(self) -> KeyValue:
-        if self._kv is None:
-            with anyio.fail_after(self._timeout * 2):
-                try:
-                    self._kv = await self._js.key_value(SESSIONS_BUCKET)
-                except BucketNotFoundError:
-                    self._kv = await self._js.create_key_value(
-                        KeyValueConfig(
-                            bucket=SESSIONS_BUCKET,
-                            history=1,
-                            replicas=self._replicas,
-                            description="runnerscale listener message sessions",
-                        )
-                    )
-        return self._kv
+        with anyio.fail_after(self._timeout * 2):
+            return await self._bus.key_value(SESSIONS_BUCKET)
 
     async def get(self, scale_set_id: int) -> SessionRecord | None:
         try:

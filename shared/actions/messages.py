@@ -36,7 +36,27 @@ def strip_bom(data: bytes) -> bytes:
 
 
 class MessageDecodeError(ProtocolError):
-    """A message envelope or one of its job messages does not match the protocol."""
+    """A message envelope or one of its job messages does not match the protocol.
+
+    ``message_id`` / ``message_type`` are the envelope's when it decoded (``None`` / ``""``
+    otherwise), so the caller can acknowledge a message it cannot use; ``reason`` is a short
+    machine label: ``malformed_envelope``, ``unsupported_message_type``, ``missing_statistics``
+    or ``malformed_body``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        request: str = "",
+        message_id: int | None = None,
+        message_type: str = "",
+        reason: str = "malformed_body",
+    ) -> None:
+        self.message_id = message_id
+        self.message_type = message_type
+        self.reason = reason
+        super().__init__(message, request=request)
 
 
 class _JobBase(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
@@ -171,20 +191,22 @@ def decode_message(data: bytes, *, request: str = "") -> Message:
     """
     data = strip_bom(data)
     if not data.strip():
-        raise MessageDecodeError("message response has an empty body", request=request)
+        raise MessageDecodeError("message response has an empty body", request=request, reason="malformed_envelope")
     try:
         envelope = msgspec.json.decode(data, type=MessageEnvelope)
     except msgspec.DecodeError as exc:
-        raise MessageDecodeError(f"message envelope is invalid: {exc}", request=request) from None
+        raise MessageDecodeError(f"message envelope is invalid: {exc}", request=request, reason="malformed_envelope") from None
+    known = dict(request=request, message_id=envelope.message_id, message_type=envelope.message_type)
     if envelope.message_type != RUNNER_SCALE_SET_JOB_MESSAGES:
         raise MessageDecodeError(
             f"message {envelope.message_id} has unsupported messageType {envelope.message_type!r}",
-            request=request,
+            reason="unsupported_message_type",
+            **known,
         )
     if envelope.statistics is None:
-        raise MessageDecodeError(f"message {envelope.message_id} has no statistics", request=request)
+        raise MessageDecodeError(f"message {envelope.message_id} has no statistics", reason="missing_statistics", **known)
     try:
         jobs, skipped = decode_job_messages(envelope.body, message_id=envelope.message_id)
     except MessageDecodeError as exc:
-        raise MessageDecodeError(str(exc), request=request) from None
+        raise MessageDecodeError(str(exc), reason="malformed_body", **known) from None
     return Message(message_id=envelope.message_id, statistics=envelope.statistics, jobs=jobs, skipped_types=skipped)

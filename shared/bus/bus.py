@@ -323,11 +323,15 @@ class Bus:
             await self.ensure_bucket(bucket)
 
     async def ensure_bucket(self, bucket: str) -> KeyValue:
-        """Create a lease bucket with TTL ``lease_ttl``; an existing one with another TTL is a conflict.
+        """Create a bucket named in :data:`subjects.BUCKET_SPECS`, or check an existing one.
 
-        Lease safety rests on every replica agreeing on the TTL (a replica trusts its lease for
-        slightly less than the TTL), so the bucket is never silently re-timed.
+        Lease buckets get TTL ``lease_ttl``; the others keep their keys until deleted. An
+        existing bucket with another TTL is a conflict: lease safety rests on every replica
+        agreeing on the TTL (a replica trusts its lease for slightly less than the TTL), and a
+        TTL on the session records would silently lose them, so a bucket is never re-timed.
         """
+        spec = subjects.bucket_spec(bucket)
+        ttl = self.settings.lease_ttl if spec.lease else 0.0
         stream = f"KV_{bucket}"
         try:
             info = await self._jsm_call(self.js.stream_info(stream))
@@ -336,18 +340,18 @@ class Bus:
                 self.js.create_key_value(
                     bucket=bucket,
                     history=1,
-                    ttl=self.settings.lease_ttl,
+                    ttl=ttl or None,
                     replicas=self.settings.stream_replicas,
                     storage=api.StorageType.FILE,
-                    description="runnerscale leases",
+                    description=spec.description,
                 ),
                 resource=f"bucket {bucket}",
             )
-            log.info("bucket created", bucket=bucket, ttl=self.settings.lease_ttl)
+            log.info("bucket created", bucket=bucket, ttl=ttl)
         else:
             existing_ttl = round(float(info.config.max_age or 0), 3)
-            if existing_ttl != round(self.settings.lease_ttl, 3):
-                raise BusConfigConflict(f"bucket {bucket}", {"ttl": (existing_ttl, self.settings.lease_ttl)})
+            if existing_ttl != round(ttl, 3):
+                raise BusConfigConflict(f"bucket {bucket}", {"ttl": (existing_ttl, ttl)})
             kv = await self._jsm_call(self.js.key_value(bucket))
         self._kv[bucket] = kv
         return kv

@@ -221,7 +221,35 @@ CONSUMERS: tuple[ConsumerSpec, ...] = (
 SHARDS_BUCKET = "runnerscale_shards"  # <group>.<shard>  -> holder replica id
 MEMBERS_BUCKET = "runnerscale_members"  # <group>.<replica> -> heartbeat
 LEADERS_BUCKET = "runnerscale_leaders"  # <lease name>     -> holder replica id
-BUCKETS: tuple[str, ...] = (SHARDS_BUCKET, MEMBERS_BUCKET, LEADERS_BUCKET)
+SESSIONS_BUCKET = "runnerscale_listener_sessions"  # scaleset-<id> -> the listener's message session record
+
+
+class BucketSpec(msgspec.Struct, frozen=True):
+    """A KV bucket the bus creates (or checks) at start-up. Every bucket keeps one value per key.
+
+    ``lease``: keys expire ``lease_ttl`` after their last write (every replica must agree on the
+    TTL); otherwise keys never expire.
+    """
+
+    name: str
+    lease: bool
+    description: str
+
+
+BUCKET_SPECS: tuple[BucketSpec, ...] = (
+    BucketSpec(SHARDS_BUCKET, True, "runnerscale leases"),
+    BucketSpec(MEMBERS_BUCKET, True, "runnerscale leases"),
+    BucketSpec(LEADERS_BUCKET, True, "runnerscale leases"),
+    BucketSpec(SESSIONS_BUCKET, False, "runnerscale listener message sessions"),
+)
+BUCKETS: tuple[str, ...] = tuple(b.name for b in BUCKET_SPECS)
+
+
+def bucket_spec(name: str) -> BucketSpec:
+    for spec in BUCKET_SPECS:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"{name!r} is not a runnerscale KV bucket (see shared.bus.subjects.BUCKET_SPECS)")
 
 
 def resource_key(namespace: str, name: str) -> str:
@@ -247,3 +275,8 @@ def member_key(group: str, replica_id: str) -> str:
 def listener_lease_name(namespace: str, scale_set_name: str) -> str:
     """The LeaderLease name held by the active listener of one scale set."""
     return f"listener.{encode_token(namespace)}.{encode_token(scale_set_name)}"
+
+
+def listener_session_key(scale_set_id: int) -> str:
+    """The key of a scale set's session record in :data:`SESSIONS_BUCKET`."""
+    return f"scaleset-{int(scale_set_id)}"

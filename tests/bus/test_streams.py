@@ -19,9 +19,38 @@ async def test_setup_is_idempotent_and_creates_everything(bus_settings) -> None:
             assert info.config.subjects == list(spec.subjects)
         desired = await bus.js.stream_info(subjects.DESIRED_STREAM.name)
         assert desired.config.max_msgs_per_subject == bus_settings.history
-        for bucket in subjects.BUCKETS:
-            info = await bus.js.stream_info(f"KV_{bucket}")
-            assert info.config.max_age == pytest.approx(bus_settings.lease_ttl)
+        for spec in subjects.BUCKET_SPECS:
+            info = await bus.js.stream_info(f"KV_{spec.name}")
+            assert info.config.max_age == pytest.approx(bus_settings.lease_ttl if spec.lease else 0)
+            assert info.config.max_msgs_per_subject == 1
+        assert subjects.SESSIONS_BUCKET in subjects.BUCKETS
+
+
+async def test_a_sessions_bucket_made_by_an_earlier_listener_is_accepted(bus_settings, nats_server) -> None:
+    """Listeners used to create the sessions bucket themselves (history 1, no TTL, default
+    storage): the bus set-up accepts such a bucket and keeps its records."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        kv = await nc.jetstream().create_key_value(
+            nats.js.api.KeyValueConfig(bucket=subjects.SESSIONS_BUCKET, history=1, description="runnerscale listener message sessions")
+        )
+        await kv.put(subjects.listener_session_key(7), b'{"sessionId": "s-1"}')
+    finally:
+        await nc.close()
+    async with Bus.connect(bus_settings) as bus:
+        kv = await bus.key_value(subjects.SESSIONS_BUCKET)
+        assert (await kv.get(subjects.listener_session_key(7))).value == b'{"sessionId": "s-1"}'
+
+
+async def test_a_sessions_bucket_with_a_ttl_is_a_startup_error(bus_settings, nats_server) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        await nc.jetstream().create_key_value(nats.js.api.KeyValueConfig(bucket=subjects.SESSIONS_BUCKET, history=1, ttl=60))
+    finally:
+        await nc.close()
+    with pytest.raises(BusConfigConflict, match="runnerscale_listener_sessions.*ttl"):
+        async with Bus.connect(bus_settings):
+            pass
 
 
 async def test_tunable_limits_are_updated_in_place(bus_settings) -> None:

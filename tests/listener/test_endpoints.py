@@ -10,6 +10,7 @@ import sys
 
 import aiohttp
 import anyio
+import prometheus_client.metrics
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -38,6 +39,9 @@ async def get(url: str) -> tuple[int, str]:
 async def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     status, text = await get(f"http://127.0.0.1:{port}/metrics")
     assert status == 200
+    # ARC exports no *_created series; users' dashboards expect ARC's series only.
+    created = sorted({line.split("{")[0].split(" ")[0] for line in text.splitlines() if "_created" in line.split("{")[0].split(" ")[0]})
+    assert created == [], f"/metrics exports _created series: {created}"
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -50,6 +54,9 @@ def value(samples: dict, metric: str, /, **labels: str) -> float | None:
 
 
 async def test_metrics_match_the_simulator(actions_sim, scale_set, make_config, bus_tap):
+    # The listener itself must turn the _created series off (prometheus_client exports them by
+    # default, and an earlier test of this process may have changed the global switch).
+    prometheus_client.metrics.enable_created_metrics()
     cfg = make_config(min_runners=1, max_runners=5)
     scale_set_labels = {"name": scale_set.name, "namespace": NAMESPACE, "repository": "", "organization": actions_sim.org, "enterprise": ""}
     async with anyio.create_task_group() as tg:
@@ -104,6 +111,33 @@ async def test_metrics_match_the_simulator(actions_sim, scale_set, make_config, 
         standby_samples = await scrape(standby.ports["metrics"])
         assert value(standby_samples, "runnerscale_listener_leader", **scale_set_labels) == 0
         assert value(samples, "runnerscale_listener_leader", **scale_set_labels) == 1
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("metrics_addr", "health_addr", "served"),
+    [
+        ("0", "0", {}),  # both disabled: nothing listens
+        ("127.0.0.1:0", "0", {"metrics": {"/metrics"}}),
+        ("", "127.0.0.1:0", {"health": {"/healthz", "/readyz"}}),
+        ("127.0.0.1:0", "127.0.0.1:0", {"health": {"/healthz", "/readyz", "/metrics"}}),  # equal: one server
+    ],
+)
+async def test_listen_addresses_free_ports_and_disabled_servers(make_config, bus_tap, metrics_addr, health_addr, served):
+    """Several listeners on one host (the embedded default): port 0 picks a free port per
+    listener, and "0" or empty turns a server off."""
+    cfg = make_config(metrics_addr=metrics_addr, health_addr=health_addr)
+    async with anyio.create_task_group() as tg:
+        first = await start_listener(tg, cfg, "listener-0")
+        second = await start_listener(tg, cfg, "listener-1")  # same addresses, same host: no collision
+        for listener in (first, second):
+            assert set(listener.ports) == (set(served) | ({"metrics"} if "/metrics" in served.get("health", ()) else set()))
+            for name, paths in served.items():
+                for path in ("/metrics", "/healthz", "/readyz"):
+                    status, _ = await get(f"http://127.0.0.1:{listener.ports[name]}{path}")
+                    assert (status != 404) == (path in paths), (name, path, status)
+        if served:
+            assert first.ports != second.ports
         tg.cancel_scope.cancel()
 
 

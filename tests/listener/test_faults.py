@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import logging
+
 import anyio
 import msgspec
 import pytest
@@ -184,3 +187,81 @@ async def test_deleted_scale_set_makes_the_listener_give_up(actions_sim, scale_s
     cause = _root_cause(info.value)
     assert isinstance(cause, ListenerGaveUp), repr(cause)
     assert f"scale set {scale_set.id} no longer exists" in str(cause)
+
+
+def _rejected(listener, scale_set, actions_sim, reason: str) -> float | None:
+    return listener.metrics.registry.get_sample_value(
+        "runnerscale_listener_rejected_messages_total",
+        {"name": scale_set.name, "namespace": "arc-systems", "repository": "", "organization": actions_sim.org,
+         "enterprise": "", "reason": reason},
+    )  # fmt: skip
+
+
+async def test_undecodable_messages_are_rejected_acknowledged_and_later_messages_flow(
+    actions_sim, scale_set, make_config, bus_tap, caplog
+):
+    """A garbled body or an unknown message type is logged, counted and acknowledged: the queue
+    moves on, the desired state stays on the last good statistics, and the session is kept."""
+    caplog.set_level(logging.INFO)
+    async with anyio.create_task_group() as tg:
+        listener = await start_listener(tg, make_config(min_runners=1, max_runners=10), "listener-0")
+        await bus_tap.wait_for(lambda t: t.desired)
+        session_id = listener.session_id
+        await actions_sim.control.enqueue_jobs(count=2, labels=[scale_set.name])
+        await bus_tap.wait_for(lambda t: t.desired[-1].replicas == 3)
+        good_so_far = len(bus_tap.desired)
+        # Statistics a rejected message must never contribute (min 1 + 7 = 8 runners).
+        bogus = Statistics(total_assigned_jobs=7)
+        garbled = await actions_sim.control.inject_message(scale_set.id, body="[{not json", statistics=bogus)
+        wrong_type = await actions_sim.control.inject_message(
+            scale_set.id, body="", statistics=bogus, message_type="SomethingElse"
+        )
+
+        async def both_rejected_and_acked() -> bool:
+            acked = {m.message_id for m in await actions_sim.control.messages(scale_set.id) if m.acked}
+            return {garbled, wrong_type} <= acked
+
+        await wait_until(both_rejected_and_acked, timeout=20)
+        # Each rejection re-published the desired state from the last good statistics.
+        await bus_tap.wait_for(lambda t: len(t.desired) >= good_so_far + 2)
+        assert all(d.replicas == 3 and d.statistics.total_assigned_jobs == 2 for d in bus_tap.desired[good_so_far:])
+        assert _rejected(listener, scale_set, actions_sim, "malformed_body") == 1
+        assert _rejected(listener, scale_set, actions_sim, "unsupported_message_type") == 1
+
+        # Later good messages still flow and the desired state follows them.
+        await actions_sim.control.enqueue_jobs(count=1, labels=[scale_set.name])
+        await bus_tap.wait_for(lambda t: t.desired[-1].replicas == 4)
+
+        async def all_acked() -> bool:
+            return all(m.acked for m in await actions_sim.control.messages(scale_set.id))
+
+        await wait_until(all_acked, timeout=20)
+        assert all(d.replicas != 8 for d in bus_tap.desired)
+        assert listener.session_id == session_id  # rejected, not a session failure
+        assert listener.health.role.value == "leader"
+        tg.cancel_scope.cancel()
+
+    from shared.log import JsonFormatter
+
+    lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records]
+    rejected = {line["message_id"]: line for line in lines if line["msg"].startswith("rejected a service message")}
+    assert set(rejected) == {garbled, wrong_type}
+    assert rejected[garbled]["reason"] == "malformed_body"
+    assert rejected[garbled]["message_type"] == "RunnerScaleSetJobMessages"
+    assert "not a JSON array" in rejected[garbled]["error"]
+    assert rejected[wrong_type]["message_type"] == "SomethingElse"
+    assert "unsupported messageType" in rejected[wrong_type]["error"]
+    assert actions_sim.pat not in "\n".join(JsonFormatter().format(r) for r in caplog.records)
+
+
+async def test_message_without_a_usable_envelope_is_counted_and_the_listener_recovers(actions_sim, scale_set, make_config, bus_tap):
+    """No message id to acknowledge: counted as malformed_envelope, the session is re-created, and
+    the next messages flow (the service's own copy of the message, if any, is redelivered)."""
+    async with anyio.create_task_group() as tg:
+        listener = await start_listener(tg, make_config(min_runners=0), "listener-0")
+        await bus_tap.wait_for(lambda t: t.desired)
+        await actions_sim.control.set_fault("get_message", kind="empty_body", count=1)
+        await wait_until(lambda: _rejected(listener, scale_set, actions_sim, "malformed_envelope") == 1)
+        await actions_sim.control.enqueue_jobs(count=2, labels=[scale_set.name])
+        await bus_tap.wait_for(lambda t: t.desired[-1].replicas == 2)
+        tg.cancel_scope.cancel()

@@ -117,3 +117,25 @@ async def test_waits_for_nats_at_start_up(actions_sim, scale_set, make_config, n
         await wait_until(lambda: desired_replicas_is(nats_server.url, scale_set.name, 1), timeout=20)
         assert listener.is_leader
         tg.cancel_scope.cancel()
+
+
+
+async def test_stopping_while_nats_is_down_is_clean_and_bounded(actions_sim, scale_set, make_config, nats_server):
+    """Cancellation (SIGTERM) during a NATS outage: no error escapes the listener, the shutdown is
+    bounded, and the session is still deleted. Bus.connect closes the dead connection itself."""
+    from prometheus_client import REGISTRY
+
+    cfg = make_config(min_runners=1)
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            await start_listener(tg, cfg, "listener-0")
+            await wait_until(lambda: desired_replicas_is(nats_server.url, scale_set.name, 1))
+            nats_server.stop()
+            # The listener's connection noticed the outage (the only bus in this test).
+            await wait_until(lambda: REGISTRY.get_sample_value("runnerscale_bus_connected") == 0)
+            stopping = time.monotonic()
+            tg.cancel_scope.cancel()
+        shutdown = time.monotonic() - stopping
+    nats_server.start()
+    assert shutdown < 15, f"shutdown took {shutdown:.1f}s"
+    assert await actions_sim.control.sessions() == []  # deleted on the way out despite the outage

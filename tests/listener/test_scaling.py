@@ -8,7 +8,8 @@ import nats
 import pytest
 
 from services.actions_sim.runner_agent import run_runner
-from services.listener.session import SESSIONS_BUCKET, SessionRecord, session_key
+from services.listener.session import SessionRecord
+from shared.bus.subjects import SESSIONS_BUCKET, listener_session_key
 from shared.actions import ActionsClient, PersonalAccessToken
 from tests.listener.conftest import start_listener
 
@@ -74,7 +75,7 @@ async def session_record(nats_url: str, scale_set_id: int) -> SessionRecord | No
     try:
         kv = await nc.jetstream().key_value(SESSIONS_BUCKET)
         try:
-            entry = await kv.get(session_key(scale_set_id))
+            entry = await kv.get(listener_session_key(scale_set_id))
         except nats.js.errors.KeyNotFoundError:
             return None
         return msgspec.json.decode(entry.value, type=SessionRecord)

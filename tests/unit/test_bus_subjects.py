@@ -130,3 +130,13 @@ def test_lease_keys_are_valid_kv_keys() -> None:
     assert KV_KEY.match(subjects.shard_lease_key("runner.set", 3))
     assert KV_KEY.match(subjects.member_key("runner-set", "pod.with.dots-0"))
     assert KV_KEY.match(subjects.listener_lease_name("ns", "my.scale.set"))
+
+
+def test_every_bucket_is_named_here_including_the_listener_sessions() -> None:
+    assert subjects.SESSIONS_BUCKET == "runnerscale_listener_sessions"  # the name deployed listeners use
+    assert subjects.BUCKETS == tuple(b.name for b in subjects.BUCKET_SPECS)
+    assert set(subjects.BUCKETS) == {"runnerscale_shards", "runnerscale_members", "runnerscale_leaders", subjects.SESSIONS_BUCKET}
+    # Lease buckets expire with the lease TTL; session records must not expire.
+    assert {b.name for b in subjects.BUCKET_SPECS if b.lease} == {"runnerscale_shards", "runnerscale_members", "runnerscale_leaders"}
+    assert subjects.listener_session_key(7) == "scaleset-7"
+    assert KV_KEY.match(subjects.listener_session_key(2147483647))

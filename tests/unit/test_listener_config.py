@@ -7,7 +7,7 @@ import json
 import pytest
 
 from services.listener.__main__ import main
-from services.listener.config import MAX_INT32, ConfigError, bus_settings, parse_config, parse_listen_addr
+from services.listener.config import MAX_INT32, ConfigError, bus_settings, listen_enabled, parse_config, parse_listen_addr
 
 VALID = {
     "configure_url": "https://github.com/my-org",
@@ -103,6 +103,26 @@ def test_error_never_echoes_the_token():
 @pytest.mark.parametrize(("addr", "want"), [(":8080", ("0.0.0.0", 8080)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:9", ("::1", 9))])
 def test_listen_addr(addr, want):
     assert parse_listen_addr(addr) == want
+
+
+@pytest.mark.parametrize(
+    ("metrics_addr", "health_addr", "enabled"),
+    [
+        ("0", "0", (False, False)),  # ARC's "0" disables
+        ("", "", (False, False)),
+        (" 0 ", "127.0.0.1:0", (False, True)),  # port 0: a free port chosen at start
+        (":0", "", (True, False)),
+        ("127.0.0.1:9100", "[::1]:9101", (True, True)),
+    ],
+)
+def test_listen_addresses_accept_port_zero_and_zero_or_empty_to_disable(metrics_addr, health_addr, enabled):
+    cfg = parse_config(doc(metrics_addr=metrics_addr, health_addr=health_addr))
+    assert (listen_enabled(cfg.metrics_addr), listen_enabled(cfg.health_addr)) == enabled
+
+
+def test_defaults_stay_arc_ports():
+    cfg = parse_config(doc())
+    assert (cfg.metrics_addr, cfg.health_addr) == (":8080", ":8081")
 
 
 def test_cli_invalid_file_exits_nonzero_with_one_line(tmp_path, capsys):
