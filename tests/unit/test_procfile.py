@@ -1,0 +1,27 @@
+"""The Procfile names real subcommands with flags their parsers accept."""
+
+import shlex
+from pathlib import Path
+
+from shared.cli import SUBCOMMANDS
+
+PROCFILE = Path(__file__).resolve().parents[2] / "Procfile"
+
+
+def _entries() -> dict[str, list[str]]:
+    out = {}
+    for line in PROCFILE.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, cmd = line.split(":", 1)
+            out[name.strip()] = shlex.split(cmd)
+    return out
+
+
+def test_procfile_lists_every_embedded_process():
+    assert set(_entries()) == {"nats", "apiserver", "actions-sim", "node-sim", "scale-set", "runner-set", "runner", "listener-pod"}
+
+
+def test_procfile_commands_are_registered_subcommands():
+    for name, argv in _entries().items():
+        if argv[0] == "runnerscale":
+            assert argv[1] in SUBCOMMANDS, f"{name}: unknown subcommand {argv[1]}"
