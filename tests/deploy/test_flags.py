@@ -1,0 +1,157 @@
+"""The flags and environment the manifests give each process are accepted by that process's own
+argument parser and settings loader: each worker's real ``main(argv)`` runs with the Deployment's
+args and the environment Kubernetes would build (envFrom ConfigMaps, Secret keys, fieldRefs), and
+only ``anyio.run`` (the start of the event loop) is replaced to capture what it would run."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.deploy.conftest import MANIFESTS, NAMESPACE, NATS, WORKERS, deployment_of, find, load_docs
+
+MAINS = {
+    "scale-set": "services.scale_set.worker:main",
+    "runner-set": "services.runner_set.__main__:main",
+    "runner": "services.runner.worker:main",
+    "listener-pod": "services.listener_pod.worker:main",
+}
+
+
+def container_env(container: dict[str, Any], pod_name: str) -> dict[str, str]:
+    """The environment Kubernetes builds for ``container`` from the objects in deploy/."""
+    docs = load_docs(MANIFESTS, NATS)
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        if "configMapRef" in source:
+            env.update(find(docs, "ConfigMap", source["configMapRef"]["name"]).obj["data"])
+        else:
+            env.update(find(docs, "Secret", source["secretRef"]["name"]).obj["stringData"])
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+            continue
+        source = item["valueFrom"]
+        if "fieldRef" in source:
+            env[item["name"]] = {"metadata.name": pod_name, "metadata.namespace": NAMESPACE}[source["fieldRef"]["fieldPath"]]
+        elif "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            env[item["name"]] = find(docs, "Secret", ref["name"]).obj["stringData"][ref["key"]]
+        else:
+            env[item["name"]] = find(docs, "ConfigMap", source["configMapKeyRef"]["name"]).obj["data"][source["configMapKeyRef"]["key"]]
+    return env
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    calls: list[tuple[Any, ...]] = []
+
+    def fake_run(func: Any, *args: Any, **kwargs: Any) -> int:
+        calls.append((func, *args))
+        return 0
+
+    monkeypatch.setattr(anyio, "run", fake_run)
+    for name in list(os.environ):
+        if name.startswith(("RUNNERSCALE_", "CONTROLLER_MANAGER_", "KUBE")) or name in ("POD_NAME", "LISTENER_CONFIG_PATH"):
+            monkeypatch.delenv(name)
+    return calls
+
+
+def _main(worker: str):
+    module, _, func = MAINS[worker].partition(":")
+    return getattr(__import__(module, fromlist=[func]), func)
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+def test_worker_accepts_its_deployment(worker: str, captured, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    container = deployment_of(worker)["spec"]["template"]["spec"]["containers"][0]
+    pod_name = f"runnerscale-{worker}-7d9f8c6b5-x2k4q"
+    for name, value in container_env(container, pod_name).items():
+        monkeypatch.setenv(name, value)
+    subcommand, *argv = container["args"]
+    assert subcommand == worker
+
+    code = _main(worker)(argv)  # argparse errors raise SystemExit(2); settings errors return 2
+
+    assert code == 0, capsys.readouterr().err
+    ((_run, name, settings, _setup),) = captured
+    assert name == worker
+    bus = load_docs(NATS)
+    bus_env = find(bus, "ConfigMap", "runnerscale-bus").obj["data"]
+    assert settings.replica_id == pod_name
+    assert settings.metrics_addr == ":8080" and settings.health_addr == ":8081"
+    assert settings.namespaces == ()  # all namespaces
+    assert list(settings.bus.nats_urls) == [bus_env["RUNNERSCALE_NATS_URL"]]
+    assert settings.bus.token == find(bus, "Secret", "runnerscale-nats-auth").obj["stringData"]["token"]
+    assert settings.bus.stream_replicas == int(bus_env["RUNNERSCALE_NATS_STREAM_REPLICAS"])
+    assert settings.bus.lease_ttl == float(bus_env["RUNNERSCALE_BUS_LEASE_TTL"])
+
+
+def test_flags_are_checked(captured) -> None:
+    """The harness above would notice a flag a worker does not have."""
+    with pytest.raises(SystemExit) as exc:
+        _main("runner")(["--no-such-flag"])
+    assert exc.value.code == 2 and captured == []
+
+
+def test_listener_pod_passes_the_bus_to_listener_pods(captured, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listener pods (runnerscale-system) get the worker's NATS URL and token through their config."""
+    from services.listener_pod import desired as d
+
+    container = deployment_of("listener-pod")["spec"]["template"]["spec"]["containers"][0]
+    for name, value in container_env(container, "runnerscale-listener-pod-0").items():
+        monkeypatch.setenv(name, value)
+    assert _main("listener-pod")(container["args"][1:]) == 0
+    settings = captured[0][2]
+    passthrough = d.BusPassThrough.from_bus_settings(settings.bus)
+    assert passthrough.servers == (f"nats://nats.{NAMESPACE}.svc:4222",) and passthrough.token
+
+
+def test_bus_setup_job_accepts_its_settings(captured, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.bus.cli import main as bus_main
+
+    job = find(load_docs(NATS), "Job", "runnerscale-bus-setup").obj
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    for name, value in container_env(container, "runnerscale-bus-setup-abcde").items():
+        monkeypatch.setenv(name, value)
+    assert container["args"][0] == "bus"
+    assert bus_main(container["args"][1:]) == 0
+    ((_setup, settings),) = captured
+    bus_env = find(load_docs(NATS), "ConfigMap", "runnerscale-bus").obj["data"]
+    assert settings.stream_replicas == int(bus_env["RUNNERSCALE_NATS_STREAM_REPLICAS"]) and settings.token
+
+
+STREAM_FIELDS = ("stream_replicas", "history", "job_retention", "duplicate_window")
+
+
+def test_listener_pods_agree_with_the_workers_on_streams_and_leases(captured, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every bus client re-applies the stream settings when it connects, and listener pods only get
+    what the listener-pod worker writes into their config (URL, auth, timeouts, lease TTL; their
+    environment has no RUNNERSCALE_* variables). So the workers' stream settings must be what a
+    listener ends up with, or each listener start would re-tune the streams (the reason
+    RUNNERSCALE_NATS_STREAM_REPLICAS is 1: docs/deploy.md "Known limits")."""
+    import json
+
+    from services.listener.config import bus_settings, parse_config
+    from services.listener_pod import desired as d
+
+    container = deployment_of("listener-pod")["spec"]["template"]["spec"]["containers"][0]
+    for name, value in container_env(container, "runnerscale-listener-pod-0").items():
+        monkeypatch.setenv(name, value)
+    assert _main("listener-pod")(container["args"][1:]) == 0
+    worker = captured[0][2].bus
+    p = d.BusPassThrough.from_bus_settings(worker)
+    config = {
+        "configure_url": "https://github.com/octo-org", "github_token": "x", "runner_scale_set_id": 1,
+        "ephemeral_runner_set_namespace": "arc-runners", "ephemeral_runner_set_name": "arc-runner-set",
+        "nats": {"servers": list(p.servers), "token": p.token, "request_timeout_seconds": p.request_timeout_seconds,
+                 "publish_deadline_seconds": p.publish_deadline_seconds},
+        "ha": {"lease_ttl_seconds": p.lease_ttl_seconds},
+    }
+    listener = bus_settings(parse_config(json.dumps(config)), environ={"POD_NAME": "listener-0", "LISTENER_CONFIG_PATH": "/etc/gha-listener/config.json"})
+    for field in (*STREAM_FIELDS, "lease_ttl"):
+        assert getattr(listener, field) == getattr(worker, field), field
+    assert listener.nats_urls == worker.nats_urls and listener.token == worker.token

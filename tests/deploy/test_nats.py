@@ -1,0 +1,122 @@
+"""deploy/nats: the nats-server configuration is valid for the real nats-server, three servers
+started from it form a JetStream cluster, and the bus-setup Job's command creates every stream and
+bucket on it with the settings of the runnerscale-bus ConfigMap (addresses rewritten to localhost,
+nothing else changed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.bus import subjects
+from tests.deploy.conftest import NAMESPACE, NATS, RUNNERSCALE, find, load_docs
+from tests.deploy.test_flags import container_env
+from tests.fixtures.nats import _free_port, nats_server_binary
+
+TOKEN = find(load_docs(NATS), "Secret", "runnerscale-nats-auth").obj["stringData"]["token"]
+
+
+def nats_conf() -> str:
+    return find(load_docs(NATS), "ConfigMap", "nats-config").obj["data"]["nats.conf"]
+
+
+def test_config_is_valid_for_nats_server(tmp_path: Path) -> None:
+    conf = tmp_path / "nats.conf"
+    conf.write_text(nats_conf())
+    env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": "nats-0", "NATS_TOKEN": TOKEN}
+    ok = subprocess.run([nats_server_binary(), "-t", "-c", str(conf)], capture_output=True, text=True, env=env, timeout=30)
+    assert ok.returncode == 0, ok.stderr + ok.stdout
+    # The token really comes from the environment (the Secret): without it the config is refused.
+    env.pop("NATS_TOKEN")
+    bad = subprocess.run([nats_server_binary(), "-t", "-c", str(conf)], capture_output=True, text=True, env=env, timeout=30)
+    assert bad.returncode != 0 and "NATS_TOKEN" in bad.stderr + bad.stdout
+
+
+def _local_conf(i: int, ports: list[tuple[int, int, int]], tmp: Path) -> str:
+    """The deploy config with the three servers' DNS names and ports mapped to localhost."""
+    client, http, cluster = ports[i]
+    text = nats_conf()
+    text = text.replace("listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{client}")
+    text = text.replace("http: 0.0.0.0:8222", f"http: 127.0.0.1:{http}")
+    text = text.replace("listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{cluster}")
+    for j, (_, _, route) in enumerate(ports):
+        text = text.replace(f"nats://nats-{j}.nats-headless.{NAMESPACE}.svc.cluster.local:6222", f"nats://127.0.0.1:{route}")
+    text = text.replace("store_dir: /data", f"store_dir: {tmp / f'data-{i}'}")
+    text = text.replace("pid_file: /var/run/nats/nats.pid", f"pid_file: {tmp / f'nats-{i}.pid'}")
+    assert "0.0.0.0" not in text and "svc.cluster.local" not in text and "/data\n" not in text
+    return text
+
+
+def _wait_port(port: int, proc: subprocess.Popen, deadline: float) -> None:
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"nats-server on {port} did not start (exit {proc.poll()})") from None
+            time.sleep(0.05)  # polling a port with a deadline
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[list[str]]:
+    ports = [(_free_port(), _free_port(), _free_port()) for _ in range(3)]
+    procs: list[subprocess.Popen] = []
+    try:
+        for i in range(3):
+            conf = tmp_path / f"nats-{i}.conf"
+            conf.write_text(_local_conf(i, ports, tmp_path))
+            env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": f"nats-{i}", "NATS_TOKEN": TOKEN}
+            procs.append(subprocess.Popen([nats_server_binary(), "-c", str(conf)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 20
+        for (client, _, _), proc in zip(ports, procs):
+            _wait_port(client, proc, deadline)
+        yield [f"nats://127.0.0.1:{client}" for client, _, _ in ports]
+    finally:
+        for proc in procs:  # stopped by PID, only the processes started here
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+def _job_env(urls: list[str]) -> dict[str, str]:
+    job = find(load_docs(NATS), "Job", "runnerscale-bus-setup").obj
+    env = container_env(job["spec"]["template"]["spec"]["containers"][0], "runnerscale-bus-setup-x")
+    env["RUNNERSCALE_NATS_URL"] = ",".join(urls)  # the only change: where the servers are
+    return {"PATH": os.environ.get("PATH", ""), **env}
+
+
+@pytest.mark.slow
+def test_bus_setup_job_on_the_deployed_nats_cluster(nats_cluster: list[str]) -> None:
+    job = find(load_docs(NATS), "Job", "runnerscale-bus-setup").obj
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    env = _job_env(nats_cluster)
+    # JetStream needs a meta leader first: the Job retries (restartPolicy OnFailure); so do we,
+    # each attempt bounded by RUNNERSCALE_NATS_CONNECT_TIMEOUT.
+    deadline = time.monotonic() + 40
+    while True:
+        result = subprocess.run([RUNNERSCALE, *args], capture_output=True, text=True, env=env, timeout=60)
+        if result.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)  # retry backoff of a failed attempt (as the Job's restarts), not synchronisation
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["ok"] is True
+    assert set(out["streams"]) == {s.name for s in subjects.STREAMS} | {f"KV_{b}" for b in subjects.BUCKETS}
+
+    # Idempotent (an upgrade re-runs the Job), and a wrong token is refused.
+    again = subprocess.run([RUNNERSCALE, *args], capture_output=True, text=True, env=env, timeout=60)
+    assert again.returncode == 0, again.stderr
+    wrong = subprocess.run([RUNNERSCALE, *args], capture_output=True, text=True, env={**env, "RUNNERSCALE_NATS_TOKEN": "wrong", "RUNNERSCALE_NATS_CONNECT_TIMEOUT": "2"}, timeout=60)
+    assert wrong.returncode != 0 and TOKEN not in wrong.stderr

@@ -1,0 +1,103 @@
+"""Each worker started as its Deployment starts it: the container's args and the environment
+Kubernetes would build (ConfigMaps, Secret, fieldRefs), against the API emulator and a token-
+protected nats-server. Changed, and only these: the listen ports (free local ports instead of
+:8080/:8081), the NATS URL (the local server) and KUBECONFIG (the emulator; in a pod the in-cluster
+config is used). The probes' paths answer 200 on the port they name, /metrics serves the worker's
+metrics, and SIGTERM stops the process with exit 0 within terminationGracePeriodSeconds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tests.deploy.conftest import NATS, RUNNERSCALE, WORKERS, deployment_of, find, load_docs
+from tests.deploy.test_flags import container_env
+from tests.fixtures.nats import _free_port, nats_server_binary
+
+pytestmark = pytest.mark.slow
+
+TOKEN = find(load_docs(NATS), "Secret", "runnerscale-nats-auth").obj["stringData"]["token"]
+
+
+@pytest.fixture(scope="module")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = _free_port()
+    store = tmp_path_factory.mktemp("js")
+    proc = subprocess.Popen(
+        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store), "--auth", TOKEN],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("nats-server did not start") from None
+                time.sleep(0.05)  # polling a port with a deadline
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+def test_worker_runs_as_deployed(worker: str, emulator, nats_url: str, tmp_path) -> None:
+    pod = deployment_of(worker)["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = container_env(container, f"runnerscale-{worker}-5c8d7f9b6-q7w2e")
+    env.update(RUNNERSCALE_NATS_URL=nats_url, KUBECONFIG=str(emulator.kubeconfig), PATH=os.environ.get("PATH", ""), HOME=str(tmp_path))
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    local = {name: _free_port() for name in ports}
+    args = []
+    for arg in container["args"]:
+        for name, port in ports.items():
+            arg = arg.replace(f"=:{port}", f"=127.0.0.1:{local[name]}")
+        args.append(arg)
+    assert args != container["args"]
+
+    proc = subprocess.Popen([RUNNERSCALE, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        probe = container["readinessProbe"]["httpGet"]
+        ready_url = f"http://127.0.0.1:{local[probe['port']]}{probe['path']}"
+        deadline = time.monotonic() + 40
+        while (status := _get(ready_url)[0]) != 200:
+            assert proc.poll() is None, f"{worker} exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}"
+            assert time.monotonic() < deadline, f"{worker} not ready: {ready_url} → {status}"
+            time.sleep(0.1)  # polling the readiness endpoint with a deadline, as the kubelet does
+
+        for kind in ("livenessProbe", "startupProbe"):
+            probe = container[kind]["httpGet"]
+            assert _get(f"http://127.0.0.1:{local[probe['port']]}{probe['path']}")[0] == 200, kind
+        status, metrics = _get(f"http://127.0.0.1:{local['metrics']}/metrics")
+        assert status == 200
+        assert "controller_runtime_max_concurrent_reconciles" in metrics and "runnerscale_bus_connected 1.0" in metrics
+
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=pod["terminationGracePeriodSeconds"])
+        assert code == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
