@@ -22,7 +22,7 @@ import anyio
 import msgspec
 from prometheus_client import disable_created_metrics
 
-from services.listener.config import ListenerConfig, bus_settings, credentials_of, listen_enabled, owner_name
+from services.listener.config import ListenerConfig, actions_environ, bus_settings, credentials_of, listen_enabled, owner_name
 from services.listener.health import HealthState, HttpEndpoints, Role, build_app
 from services.listener.loop import Identity, SessionLoop
 from services.listener.metrics import ListenerMetrics
@@ -129,7 +129,11 @@ class Listener:
     async def _run_connected(self) -> None:
         cfg = self.cfg
         self.metrics.record_static(min_runners=cfg.min_runners, max_runners=cfg.max_runners)
-        actions = ActionsClient.from_config(cfg.configure_url, self._credentials, root_ca=cfg.server_root_ca or None)
+        # The config's proxy applies to this listener's client, also when it runs in-process
+        # (the CLI additionally exports it to the environment, as ARC's listener does).
+        actions = ActionsClient.from_config(
+            cfg.configure_url, self._credentials, root_ca=cfg.server_root_ca or None, environ=actions_environ(cfg)
+        )
         actions.set_system_info(
             msgspec.structs.replace(actions.system_info, scale_set_id=cfg.runner_scale_set_id, subsystem="listener")
         )
@@ -150,7 +154,11 @@ class Listener:
         delay = self.cfg.session.error_backoff_seconds
         while True:
             try:
-                return await stack.enter_async_context(Bus.connect(self.bus_settings, name=f"listener-{self.owner}"))
+                return await stack.enter_async_context(Bus.connect(
+                        # The listener's config does not carry the cluster's stream sizing: create
+                        # what is missing, never re-tune streams the workers set up.
+                        self.bus_settings, name=f"listener-{self.owner}", tune_existing=False
+                    ))
             except BusUnavailable as exc:
                 self.health.progressed()
                 log.warning("NATS unreachable; retrying", error=str(exc), retry_in=round(delay, 1))

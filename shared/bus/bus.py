@@ -268,14 +268,22 @@ class Bus:
 
     @classmethod
     @asynccontextmanager
-    async def connect(cls, settings: BusSettings, *, name: str = "runnerscale", setup: bool = True) -> AsyncIterator[Bus]:
-        """Connect, set up streams and buckets (unless ``setup=False``), run the outbox drainer."""
+    async def connect(
+        cls, settings: BusSettings, *, name: str = "runnerscale", setup: bool = True, tune_existing: bool = True
+    ) -> AsyncIterator[Bus]:
+        """Connect, set up streams and buckets (unless ``setup=False``), run the outbox drainer.
+
+        ``tune_existing=False`` creates what is missing but leaves the tunable settings of
+        existing streams (history, replicas, retention times) alone: for processes such as the
+        listener whose configuration does not carry the cluster's stream sizing, so that each
+        start does not flip a stream back to defaults the workers' settings disagree with.
+        """
         validate(settings)  # SettingsError before any network traffic
         nc = await _connect(settings, name)
         bus = cls(settings, nc, nc.jetstream(timeout=settings.request_timeout))
         try:
             if setup:
-                await bus.ensure_streams()
+                await bus.ensure_streams(tune_existing=tune_existing)
                 await bus.ensure_buckets()
             async with background_tasks(bus._drain_outbox):
                 try:
@@ -298,12 +306,12 @@ class Bus:
     def connected(self) -> bool:
         return bool(self.nc.is_connected)
 
-    async def ensure_streams(self) -> None:
-        """Create every stream, or check and tune an existing one; conflicts raise."""
+    async def ensure_streams(self, *, tune_existing: bool = True) -> None:
+        """Create every stream, or check (and unless told not to, tune) an existing one; conflicts raise."""
         for spec in subjects.STREAMS:
-            await self.ensure_stream(spec)
+            await self.ensure_stream(spec, tune_existing=tune_existing)
 
-    async def ensure_stream(self, spec: StreamSpec) -> None:
+    async def ensure_stream(self, spec: StreamSpec, *, tune_existing: bool = True) -> None:
         wanted = stream_config(spec, self.settings)
         try:
             info = await self._jsm_call(self.js.stream_info(spec.name))
@@ -314,7 +322,7 @@ class Bus:
         conflicts, tunables = diff_stream_config(info.config, wanted)
         if conflicts:
             raise BusConfigConflict(f"stream {spec.name}", conflicts)
-        if tunables:
+        if tunables and tune_existing:
             await self._jsm_call(self.js.update_stream(wanted), resource=f"stream {spec.name}")
             log.info("stream updated", stream=spec.name, changed=sorted(tunables))
 

@@ -62,6 +62,21 @@ async def test_tunable_limits_are_updated_in_place(bus_settings) -> None:
         assert info.config.max_msgs_per_subject == 25
 
 
+async def test_a_guest_connection_creates_missing_streams_but_never_retunes_existing_ones(bus_settings) -> None:
+    """The listener connects with tune_existing=False: its config lacks the cluster's sizing, so
+    it must not flip the workers' stream settings back to defaults on every start."""
+    workers = msgspec.structs.replace(bus_settings, history=25)
+    async with Bus.connect(workers):
+        pass
+    async with Bus.connect(bus_settings, tune_existing=False) as bus:
+        info = await bus.js.stream_info(subjects.DESIRED_STREAM.name)
+        assert info.config.max_msgs_per_subject == 25
+        await bus.js.delete_stream(subjects.JOBS_STREAM.name)
+    async with Bus.connect(bus_settings, tune_existing=False) as bus:  # a missing stream is still created
+        info = await bus.js.stream_info(subjects.JOBS_STREAM.name)
+        assert info.config.subjects == list(subjects.JOBS_STREAM.subjects)
+
+
 async def test_a_stream_with_other_subjects_is_a_startup_error(bus_settings, nats_server) -> None:
     nc = await nats.connect(nats_server.url)
     try:

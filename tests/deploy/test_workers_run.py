@@ -67,7 +67,9 @@ def test_worker_runs_as_deployed(worker: str, emulator, nats_url: str, tmp_path)
     pod = deployment_of(worker)["spec"]["template"]["spec"]
     container = pod["containers"][0]
     env = container_env(container, f"runnerscale-{worker}-5c8d7f9b6-q7w2e")
-    env.update(RUNNERSCALE_NATS_URL=nats_url, KUBECONFIG=str(emulator.kubeconfig), PATH=os.environ.get("PATH", ""), HOME=str(tmp_path))
+    # Redirected to local test servers: one nats-server here, where the deployment has a 3-server
+    # cluster, so streams cannot have 3 replicas.
+    env.update(RUNNERSCALE_NATS_URL=nats_url, RUNNERSCALE_NATS_STREAM_REPLICAS="1", KUBECONFIG=str(emulator.kubeconfig), PATH=os.environ.get("PATH", ""), HOME=str(tmp_path))
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     local = {name: _free_port() for name in ports}
     args = []
