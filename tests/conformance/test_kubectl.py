@@ -70,7 +70,13 @@ def test_kubectl_workflow(kube_api: KubeApi, namespace: str, tmp_path: Path) -> 
 
     table = k("-n", namespace, "get", "autoscalingrunnersets")
     header = table.splitlines()[0]
-    assert "NAME" in header and "MINIMUM RUNNERS" in header and "MAXIMUM RUNNERS" in header
+    # ARC's printer columns, in ARC's order (priority-0 columns only; AGE is kubectl's own).
+    arc_columns = ["NAME", "MINIMUM RUNNERS", "MAXIMUM RUNNERS", "CURRENT RUNNERS", "PHASE",
+                   "PENDING RUNNERS", "RUNNING RUNNERS", "FINISHED RUNNERS", "DELETING RUNNERS"]
+    positions = [header.find(c) for c in arc_columns]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions), header
+    wide = k("-n", namespace, "get", "autoscalingrunnersets", "-o", "wide").splitlines()[0]
+    assert "GENERATION" in wide and "OBSERVED GENERATION" in wide, wide  # the typed-state columns
 
     watcher = k.popen("-n", namespace, "get", "autoscalingrunnersets", "-w", "-o", "custom-columns=NAME:.metadata.name,MAX:.spec.maxRunners")
     lines: list[str] = []
