@@ -361,8 +361,11 @@ class Api:
         ctype = content_type.split(";")[0].strip().lower()
         accepted = rt.patch_types()
         if ctype in (APPLY_PATCH, APPLY_PATCH_CBOR):
-            # Server-side apply is not emulated: answer like a server that lacks the media type.
-            raise errors.unsupported_media_type([t for t in accepted if t not in (APPLY_PATCH, APPLY_PATCH_CBOR)])
+            # Server-side apply is not emulated: answer like a server that lacks the media type,
+            # and say so, so a client author sees why instead of guessing.
+            err = errors.unsupported_media_type([t for t in accepted if t not in (APPLY_PATCH, APPLY_PATCH_CBOR)])
+            err.message += " (server-side apply is not supported by the runnerscale API emulator: use a merge or strategic merge patch)"
+            raise err
         if ctype not in accepted:
             raise errors.unsupported_media_type(accepted)
         try:

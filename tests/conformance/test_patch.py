@@ -63,6 +63,14 @@ async def test_unknown_and_apply_content_types_are_415(http: Http, namespace: st
         status, body = await http.patch(widgets(namespace, "ct"), {"spec": {}}, ctype)
         assert status == 415, ctype
         assert body["kind"] == "Status" and body["reason"] == "UnsupportedMediaType"
+        assert body["message"].startswith("the body of the request was in an unknown format - accepted media types include:")
+
+
+async def test_server_side_apply_is_refused_with_a_clear_reason(kube_api, http: Http, namespace: str) -> None:
+    kube_api.require_emulator()  # a real server supports server-side apply
+    await http.create(widgets(namespace), widget("ssa"))
+    status, body = await http.patch(widgets(namespace, "ssa"), {"spec": {}}, "application/apply-patch+yaml")
+    assert status == 415 and "server-side apply is not supported" in body["message"]
 
 
 async def test_smp_on_pod_uses_merge_keys(http: Http, namespace: str) -> None:
