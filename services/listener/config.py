@@ -285,3 +285,13 @@ def parse_listen_addr(addr: str) -> tuple[str, int]:
 def owner_name() -> str:
     """Session owner: the pod name (env POD_NAME), else the hostname, as ARC does."""
     return os.environ.get("POD_NAME") or socket.gethostname() or "runnerscale-listener"
+
+
+def actions_environ(cfg: ListenerConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment the Actions client reads its proxy from: the process environment with the
+    config's ``proxy.*`` fields on top (set in both cases; the lower-case names win, as in curl)."""
+    env = dict(os.environ if environ is None else environ)
+    for key, value in (("http_proxy", cfg.proxy.http_proxy), ("https_proxy", cfg.proxy.https_proxy), ("no_proxy", cfg.proxy.no_proxy)):
+        if value:
+            env[key] = env[key.upper()] = value
+    return env

@@ -170,6 +170,10 @@ def validate(s: BusSettings) -> None:
         path = getattr(s, field)
         if path and not Path(path).is_file():
             raise bad(field, f"file {path!r} does not exist")
+    if s.creds_file and not nkeys_available():
+        # nats-py signs with the optional ``nkeys`` package, imported only when connecting: without
+        # it the first connect dies with ModuleNotFoundError instead of a settings error.
+        raise bad("creds_file", "a credentials file needs the 'nkeys' package (pip install 'nats-py[nkeys]'), which is not installed")
     if bool(s.tls_cert) != bool(s.tls_key):
         raise bad("tls_cert" if not s.tls_cert else "tls_key", "client certificate and key must be given together")
     if not 1 <= s.stream_replicas <= 5:
@@ -189,6 +193,15 @@ def validate(s: BusSettings) -> None:
         raise bad("shards", f"must be 1..4096, got {s.shards}")
     if s.outbox_capacity < 1:
         raise bad("outbox_capacity", f"must be >= 1, got {s.outbox_capacity}")
+
+
+def nkeys_available() -> bool:
+    """Whether nats-py can sign with NKeys (needed for ``.creds`` files)."""
+    try:
+        import nkeys  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def redact_url(url: str) -> str:

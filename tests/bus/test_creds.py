@@ -1,0 +1,55 @@
+"""NATS credentials files (``RUNNERSCALE_NATS_CREDS``, issue 5).
+
+A ``.creds`` file holds a user JWT and its NKey seed: it only works against a server in operator
+(decentralised JWT) mode, and nats-py needs the optional ``nkeys`` package to sign the server's
+nonce with the seed (docs/bus.md, "Settings"). Without that package the first connect used to die
+with a ``ModuleNotFoundError`` traceback; it is now a settings error naming the setting, before
+any network traffic. ``nkeys`` is masked here so the test means the same wherever it runs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from shared.bus import Bus, BusSettings, SettingsError, load_settings
+
+pytestmark = pytest.mark.anyio
+
+CREDS = """-----BEGIN NATS USER JWT-----
+eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.c2ln
+------END NATS USER JWT------
+
+-----BEGIN USER NKEY SEED-----
+SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTC4
+------END USER NKEY SEED------
+"""
+
+
+@pytest.fixture
+def creds_file(tmp_path):
+    path = tmp_path / "worker.creds"
+    path.write_text(CREDS)
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def without_nkeys(monkeypatch):
+    monkeypatch.setitem(sys.modules, "nkeys", None)  # `import nkeys` raises ImportError
+
+
+def test_creds_without_the_nkeys_package_is_a_settings_error(creds_file, without_nkeys) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(None, {"RUNNERSCALE_NATS_CREDS": str(creds_file)})
+    assert str(err.value).startswith("invalid bus setting RUNNERSCALE_NATS_CREDS / --nats-creds:")
+    assert "nkeys" in str(err.value)
+    assert "SUAIBDPB" not in str(err.value)  # the seed never reaches an error text
+
+
+async def test_connect_with_creds_but_no_nkeys_fails_before_connecting(creds_file, without_nkeys, nats_server) -> None:
+    settings = BusSettings(nats_urls=(nats_server.url,), creds_file=str(creds_file), connect_timeout=1.0)
+    with pytest.raises(SettingsError, match="RUNNERSCALE_NATS_CREDS.*nkeys"):
+        async with Bus.connect(settings):
+            pass
