@@ -274,7 +274,13 @@ class HttpTransport:
                 last_error, last_response = exc, None
             except aiohttp.ClientConnectorCertificateError as exc:
                 # A certificate problem does not heal by retrying.
-                raise TransportError(f"TLS failure: {type(exc).__name__}", request=request) from None
+                # The reason (e.g. "certificate verify failed: unable to get local issuer
+                # certificate") names no secret and tells the operator what to fix.
+                reason = getattr(exc.certificate_error, "verify_message", None) or str(exc.certificate_error)
+                raise TransportError(
+                    f"TLS failure: {reason} (for a private CA, set the root CA: the ARS githubServerTLS / listener server_root_ca)",
+                    request=request,
+                ) from None
             except (aiohttp.ClientError, OSError) as exc:
                 last_error, last_response = exc, None
             if last_response is not None and not should_retry_status(last_response.status, extra=extra_retry_statuses):
