@@ -26,6 +26,7 @@ import anyio
 import anyio.abc
 import msgspec
 from aiohttp import web
+from yarl import URL
 
 from services.actions_sim import faults as faults_mod
 from services.actions_sim import views, wire
@@ -133,6 +134,10 @@ class Simulator:
 
     @staticmethod
     def root(request: web.Request) -> str:
+        # A forward proxy may pass the request on in absolute form (`POST http://host:port/...`):
+        # then the request target, not the Host header, says where the client was talking to.
+        if "://" in request.raw_path:
+            return str(URL(request.raw_path).origin())
         return f"{request.scheme}://{request.host}"
 
     def service_base(self, request: web.Request, tenant_id: int) -> str:

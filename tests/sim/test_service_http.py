@@ -356,3 +356,42 @@ async def test_https_with_a_custom_root_ca(actions_sim_tls: ActionsSim) -> None:
         assert svc.base.startswith("https://")
         assert (await svc.admin("GET", "_apis/runtime/runnergroups/")).status == 200
     assert len(await sim.control.requests()) == 3
+
+
+async def test_absolute_form_request_from_a_proxy_gets_urls_with_the_real_port(actions_sim) -> None:
+    """A forward proxy may send `POST http://127.0.0.1:PORT/...`; the service URL handed back must
+    keep the port, or every later call goes to port 80."""
+    import json as _json
+    from urllib.parse import urlsplit
+
+    import aiohttp
+    import anyio
+
+    async with aiohttp.ClientSession() as s:
+        async with s.post(
+            f"{actions_sim.url}/api/v3/orgs/{actions_sim.org}/actions/runners/registration-token",
+            headers={"Authorization": f"Bearer {actions_sim.pat}"},
+        ) as r:
+            assert r.status == 201
+            reg_token = (await r.json())["token"]
+    base = urlsplit(actions_sim.url)
+    body = _json.dumps({"url": actions_sim.config_url(), "runner_event": "register"}).encode()
+    request = (
+        f"POST {actions_sim.url}/api/v3/actions/runner-registration HTTP/1.1\r\n"
+        f"Host: {base.hostname}\r\nAuthorization: RemoteAuth {reg_token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+    with anyio.fail_after(10):
+        stream = await anyio.connect_tcp(base.hostname, base.port)
+        async with stream:
+            await stream.send(request)
+            raw = b""
+            try:
+                while True:
+                    raw += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                pass
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    assert b" 201 " in head.split(b"\r\n")[0], head
+    url = _json.loads(payload)["url"]
+    assert urlsplit(url).port == base.port, url
