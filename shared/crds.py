@@ -117,10 +117,13 @@ def _schema(t: mi.Type) -> dict[str, Any]:
         return {**({"description": extra["description"]} if "description" in extra else {}), **inner}
     if isinstance(t, mi.UnionType):
         members = [m for m in t.types if not isinstance(m, mi.NoneType)]
+        nullable = len(members) != len(t.types)
+        if len(members) == 2 and {type(m) for m in members} == {mi.IntType, mi.FloatType}:
+            members = [mi.FloatType()]  # int | float: a JSON number
         if len(members) != 1:
             raise TypeError(f"unsupported union in CRD schema: {t}")
         schema = _schema(members[0])
-        if len(members) != len(t.types):
+        if nullable:
             schema["nullable"] = True
         return schema
     if isinstance(t, mi.BoolType):

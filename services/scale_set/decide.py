@@ -24,6 +24,7 @@ from shared.api import (
     Problem,
     validate,
 )
+from shared.api import status_patch as full_status_patch
 from shared.actions import parse_config_url
 from shared.actions.errors import ConfigURLError
 from shared.api.constants import (
@@ -256,10 +257,11 @@ def next_status(
 
 
 def status_patch(ars: AutoscalingRunnerSet, status: AutoscalingRunnerSetStatus) -> dict[str, Any] | None:
-    """A status merge patch, or None when the stored status already equals ``status``."""
+    """A status merge patch setting every field (so counts that dropped to 0 are written), or None
+    when the stored status already equals ``status``."""
     if ars.status is not None and ars.status == status:
         return None
-    return {"status": msgspec.to_builtins(status)}
+    return full_status_patch(status)
 
 
 def pending_status(ars: AutoscalingRunnerSet) -> AutoscalingRunnerSetStatus:

@@ -3,10 +3,12 @@
     from shared.api import AutoscalingRunnerSet, decode, to_dict, validate
     ars = decode(AutoscalingRunnerSet, body)       # ApiDecodeError names the bad field's path
     problems = validate(ars)                       # [] when ARC would accept it
+    to_dict(ars)                                   # the JSON tree, exactly the fields decoded
+    status_patch(status)                           # {"status": every field}: for status writers
 """
 
 from shared.api import constants
-from shared.api.codec import ApiDecodeError, ApiError, decode, encode, to_dict
+from shared.api.codec import ApiDecodeError, ApiError, decode, encode, status_patch, to_dict
 from shared.api.meta import ListMeta, LocalObjectReference, ObjectMeta, OwnerReference
 from shared.api.types import (
     ALL_KINDS,
@@ -95,6 +97,7 @@ __all__ = [
     "decode",
     "encode",
     "runner_revision",
+    "status_patch",
     "to_dict",
     "validate",
 ]

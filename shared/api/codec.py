@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from shared.api import presence
 from shared.api.constants import API_VERSION
 from shared.api.types import CustomObject
 
@@ -69,9 +70,11 @@ def decode(cls: type[T], data: bytes | bytearray | memoryview | str | dict[str, 
     """
     try:
         if isinstance(data, dict):
+            tree: Any = data
             value = msgspec.convert(data, cls)
         elif isinstance(data, (bytes, bytearray, memoryview, str)):
             value = msgspec.json.decode(data, type=cls)
+            tree = msgspec.json.decode(data)  # which fields the input had (valid JSON: decoded above)
         else:
             raise ApiDecodeError(_type_name(cls), "$", f"expected JSON bytes or an object, got {type(data).__name__}")
     except msgspec.ValidationError as exc:
@@ -79,12 +82,17 @@ def decode(cls: type[T], data: bytes | bytearray | memoryview | str | dict[str, 
     except msgspec.DecodeError as exc:
         raise ApiDecodeError(_type_name(cls), "$", str(exc)) from None
     _check_api_version(cls, value)
+    presence.mark(value, tree)
     return value
 
 
 def to_dict(obj: Any) -> Any:
-    """The JSON tree of a struct, as Kubernetes expects it (top-level objects get apiVersion/kind)."""
-    tree = msgspec.to_builtins(obj)
+    """The JSON tree of a struct, as Kubernetes expects it (top-level objects get apiVersion/kind).
+
+    A decoded struct gives back exactly the fields its input had (see :mod:`shared.api.presence`),
+    plus any field changed since to a non-default value.
+    """
+    tree = presence.to_builtins(obj)
     if isinstance(obj, CustomObject):
         tree = {"apiVersion": obj.api_version, "kind": obj.KIND, **tree}
     return tree
@@ -92,6 +100,22 @@ def to_dict(obj: Any) -> Any:
 
 def encode(obj: Any) -> bytes:
     """JSON bytes of a struct (same content as :func:`to_dict`)."""
-    if isinstance(obj, CustomObject):
-        return msgspec.json.encode(to_dict(obj))
-    return msgspec.json.encode(obj)
+    return msgspec.json.encode(to_dict(obj))
+
+
+def status_patch(status: Any) -> dict[str, Any]:
+    """The merge patch ``{"status": {...}}`` that sets *every* field of ``status``.
+
+    Status writers use this rather than :func:`to_dict`: a count that dropped to 0 (or a field the
+    stored status never had) is written explicitly, so no stale value survives the merge, and
+    ``None`` fields become ``null`` (a merge patch deletes them). Accepts a status struct of any
+    kind, decoded or built.
+    """
+    if not isinstance(status, msgspec.Struct):
+        raise TypeError(f"expected a status struct, got {type(status).__name__}")
+    fields = {}
+    for field in msgspec.structs.fields(status):
+        value = getattr(status, field.name)
+        if value is not msgspec.UNSET:
+            fields[field.encode_name] = presence.to_builtins(value)
+    return {"status": fields}

@@ -12,9 +12,13 @@ from typing import Any
 
 import msgspec
 
+from shared.api import presence
 
-class _Meta(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
-    pass
+
+class _Meta(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", dict=True):
+    # dict=True: room for the decode record (shared.api.presence), kept by copy and deepcopy.
+    __copy__ = presence.copy_struct
+    __deepcopy__ = presence.deepcopy_struct
 
 
 class OwnerReference(_Meta, kw_only=True):

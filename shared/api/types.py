@@ -1,13 +1,16 @@
 """The four ARC custom resources (actions.github.com/v1alpha1) as msgspec structs.
 
-JSON names, optionality and nesting follow ARC's Go types field for field, so an ARC manifest
-decodes and encodes back unchanged:
+JSON names, optionality and nesting follow ARC's Go types field for field, and a decoded object
+encodes back to exactly its input: nothing lost, nothing invented (see :mod:`shared.api.presence`):
 
-* Go ``omitempty`` scalars default to their zero value and are omitted when zero; Go pointers are
-  ``X | None`` and omitted when ``None`` (so an explicit ``minRunners: 0`` survives).
+* A decoded struct encodes the fields its input had, including zero values (``labels: {}``,
+  ``replicas: 0``, ``status: {}`` stays ``{}``), plus any field changed since to a non-default value.
+* A struct built in Python follows its class rules: Go ``omitempty`` scalars default to their zero
+  value and are omitted when zero; Go pointers are ``X | None`` and omitted when ``None``; status
+  structs encode *every* field.
 * Pod templates stay JSON trees (``dict``); runnerscale never rewrites what it does not own.
-* Status structs encode *every* field (ARC's status fields are not ``omitempty``), so a status
-  merge patch built from one sets the whole status and cannot leave a stale count behind.
+* Status writers build their merge patch with :func:`shared.api.status_patch`, which sets every
+  field, so a count that dropped to 0 is written and no stale value survives.
 
 Plus the typed state that replaces ARC's ``integrity-hash`` annotation:
 ``AutoscalingRunnerSetStatus.observed_generation``, ``EphemeralRunnerSetSpec.actionable_revision``,
@@ -23,6 +26,7 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 import msgspec
 
+from shared.api import presence
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
     API_VERSION,
@@ -51,12 +55,18 @@ def _doc(text: str) -> msgspec.Meta:
     return msgspec.Meta(description=text)
 
 
-class _Spec(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
-    """Spec-side structs: zero values are omitted, like Go's omitempty."""
+class _Spec(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", dict=True):
+    """Spec-side structs: zero values are omitted, like Go's omitempty (unless the decoded input had them)."""
+
+    __copy__ = presence.copy_struct
+    __deepcopy__ = presence.deepcopy_struct
 
 
-class _Status(msgspec.Struct, kw_only=True, omit_defaults=False, rename="camel"):
-    """Status structs: every field is always encoded (see module doc)."""
+class _Status(msgspec.Struct, kw_only=True, omit_defaults=False, rename="camel", dict=True):
+    """Status structs: a struct built in Python encodes every field; a decoded one exactly its input (see module doc)."""
+
+    __copy__ = presence.copy_struct
+    __deepcopy__ = presence.deepcopy_struct
 
 
 # --- phases --------------------------------------------------------------------------------------
@@ -143,7 +153,7 @@ class GaugeMetric(_Spec, kw_only=True):
 
 class HistogramMetric(_Spec, kw_only=True):
     labels: list[str]
-    buckets: list[float] = []
+    buckets: list[int | float] = []  # int | float: a bucket written as `1` comes back as `1`, not `1.0`
 
 
 class MetricsConfig(_Spec, kw_only=True):
@@ -157,8 +167,11 @@ class MetricsConfig(_Spec, kw_only=True):
 # --- top-level object base -----------------------------------------------------------------------
 
 
-class CustomObject(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", tag_field="kind"):
+class CustomObject(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel", tag_field="kind", dict=True):
     """Base of the four kinds: a namespaced actions.github.com/v1alpha1 object (``kind`` is the msgspec tag)."""
+
+    __copy__ = presence.copy_struct
+    __deepcopy__ = presence.deepcopy_struct
 
     KIND: ClassVar[str]
     PLURAL: ClassVar[str]
@@ -398,7 +411,7 @@ class AutoscalingListener(CustomObject, tag=KIND_AUTOSCALING_LISTENER, kw_only=T
 ObjectT = TypeVar("ObjectT")
 
 
-class ObjectList(msgspec.Struct, Generic[ObjectT], kw_only=True, omit_defaults=True, rename="camel"):
+class ObjectList(msgspec.Struct, Generic[ObjectT], kw_only=True, omit_defaults=True, rename="camel", dict=True):
     """A list response: ``decode(ObjectList[EphemeralRunner], body).items``."""
 
     api_version: str = ""

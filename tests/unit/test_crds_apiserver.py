@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 import yaml
 
-from shared.api import KIND_BY_NAME, EphemeralRunnerSet, EphemeralRunnerSetPhase, decode, to_dict
+from shared.api import KIND_BY_NAME, EphemeralRunnerSet, EphemeralRunnerSetPhase, decode, status_patch, to_dict
 from shared.semantic import semantic_equal
 
 pytestmark = pytest.mark.anyio
@@ -75,7 +75,7 @@ async def test_status_merge_patch_from_struct_lands_and_nulls_clear(session, nam
     assert (await request(session, "POST", collection(manifest), manifest))[0] == 201
     ers = decode(EphemeralRunnerSet, (await request(session, "GET", url))[1])
     status = copy.deepcopy(decode(EphemeralRunnerSet, yaml.safe_load((ARC_DATA / "ers.yaml").read_text())).status)
-    body = {"metadata": {"resourceVersion": ers.metadata.resource_version}, "status": to_dict(status)}
+    body = {"metadata": {"resourceVersion": ers.metadata.resource_version}, **status_patch(status)}
     code, patched = await request(session, "PATCH", f"{url}/status", body, "application/merge-patch+json")
     assert code == 200, patched
     ers = decode(EphemeralRunnerSet, patched)
@@ -84,7 +84,7 @@ async def test_status_merge_patch_from_struct_lands_and_nulls_clear(session, nam
 
     status.finished_runner_cleanup_patch_id = None  # "cleared when a revision is applied"
     status.applied_actionable_revision = 5
-    code, patched = await request(session, "PATCH", f"{url}/status", {"status": to_dict(status)}, "application/merge-patch+json")
+    code, patched = await request(session, "PATCH", f"{url}/status", status_patch(status), "application/merge-patch+json")
     assert code == 200, patched
     ers = decode(EphemeralRunnerSet, patched)
     assert ers.status.finished_runner_cleanup_patch_id is None
