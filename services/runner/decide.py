@@ -9,7 +9,7 @@ re-reads the objects, calls these, and performs the one write they ask for.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any
 
@@ -24,6 +24,17 @@ JsonTree = dict[str, Any]
 ARC_FAILURE_BACKOFF: tuple[float, ...] = (0.0, 5.0, 10.0, 20.0, 40.0, 80.0)
 ARC_MAX_FAILURES = 5
 OUTDATED_MESSAGE = "Runner is deprecated"
+
+# When the runner failed (ISO 8601), written on the ER right before its status becomes Failed: the
+# runner-set worker counts the Failed runner's age (--failed-runner-ttl) and its failure budget
+# from it (services/runner_set/failures.py).
+ANNOTATION_FAILED_AT = "actions.github.com/failed-at"
+
+# Reasons of runner endings that count in runnerscale_runner_failures_total (everything but success
+# and Outdated): Failed phase (InvalidPod, InvalidSpec, TooManyPodFailures) and failure deletions.
+FAILURE_DELETE_REASONS = frozenset(
+    {"PodFailedWithJob", "PodLostWithJob", "PodStartTimeout", "RunnerHungAfterJob", "RunnerNameTaken", "ExceededQuota"}
+)
 
 
 @dataclass(frozen=True)
@@ -134,6 +145,15 @@ class RecordFailure:
 
 
 @dataclass(frozen=True)
+class MarkFailed:
+    """Terminal failure without a job: annotate ``failed-at``, status phase Failed with this reason,
+    remove from the service (best effort). The runner-set worker replaces it after its TTL."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class MarkOutdated:
     status_patch: JsonTree
 
@@ -157,7 +177,7 @@ class Wait:
     why: str = ""
 
 
-Decision = DeleteRunner | RecordFailure | MarkOutdated | PatchStatus | CreatePod | Wait
+Decision = DeleteRunner | RecordFailure | MarkFailed | MarkOutdated | PatchStatus | CreatePod | Wait
 
 
 def _status(er: EphemeralRunner) -> EphemeralRunnerStatus:
@@ -308,12 +328,30 @@ def quota_decision(er: EphemeralRunner, now: datetime, settings: RunnerSettings)
     return Wait(settings.quota_retry, "exceeded quota")
 
 
+def failed_patch(reason: str, message: str) -> JsonTree:
+    return {"status": {"phase": "Failed", "reason": reason, "message": message, "ready": False}}
+
+
 def invalid_pod_patch(message: str) -> JsonTree:
-    return {"status": {"phase": "Failed", "reason": "InvalidPod", "message": message, "ready": False}}
+    return failed_patch("InvalidPod", message)
 
 
 def invalid_spec_patch(message: str) -> JsonTree:
-    return {"status": {"phase": "Failed", "reason": "InvalidSpec", "message": message, "ready": False}}
+    return failed_patch("InvalidSpec", message)
+
+
+def failed_at_patch(now: datetime) -> JsonTree:
+    """Metadata merge patch stamping when the runner failed (written before the Failed status)."""
+    return {"metadata": {"annotations": {ANNOTATION_FAILED_AT: now.astimezone(timezone.utc).isoformat()}}}
+
+
+def too_many_failures_decision(er: EphemeralRunner, settings: RunnerSettings) -> Decision:
+    """More pod failures than ``max_failures`` without a job. ARC deletes the ER (and the set
+    replaces it at once, a churn nobody counts); here it becomes Failed (reason
+    TooManyPodFailures): visible in the set's status and counted by its failure budget, and
+    replaced by the runner-set worker after --failed-runner-ttl."""
+    failures = len(_status(er).failures)
+    return MarkFailed("TooManyPodFailures", f"the runner pod failed {failures} times (more than {settings.max_failures})")
 
 
 def should_abandon_removal(deleting_since: datetime | None, pod_alive: bool, now: datetime, settings: RunnerSettings) -> bool:

@@ -16,6 +16,7 @@ class RunnerMetrics:
     jit_configs: Counter
     service_removals: Counter
     job_events: Counter
+    failures: Counter
 
 
 def runner_metrics(registry: CollectorRegistry | None = None) -> RunnerMetrics:
@@ -29,4 +30,10 @@ def runner_metrics(registry: CollectorRegistry | None = None) -> RunnerMetrics:
         jit_configs=Counter("runnerscale_runner_jit_configs_total", "JIT config requests by result", ["result"], registry=reg),
         service_removals=Counter("runnerscale_runner_service_removals_total", "Runner removals from the Actions service by result", ["result"], registry=reg),
         job_events=Counter("runnerscale_runner_job_events_total", "Job events consumed by kind and result", ["kind", "result"], registry=reg),
+        failures=Counter(
+            "runnerscale_runner_failures_total",
+            "Runners that ended in failure (status Failed, or deleted for a failure), by scale set and reason",
+            ["namespace", "name", "reason"],
+            registry=reg,
+        ),
     )

@@ -28,6 +28,7 @@ from shared.api.constants import (
     FINALIZER_EPHEMERAL_RUNNER,
     FINALIZER_RUNNER_REGISTRATION,
     LABEL_RUNNER_POD,
+    LABEL_SCALE_SET_NAME,
     RUNNER_CONTAINER_NAME,
 )
 from shared.bus.messages import JobCompleted, JobStarted
@@ -141,16 +142,13 @@ class RunnerReconciler:
             problems = validate(er)
             if problems:
                 message = "invalid EphemeralRunner: " + "; ".join(f"{p.path}: {p.message}" for p in problems)
-                await self.writer.patch_status(
-                    EPHEMERAL_RUNNERS, key, decide.invalid_spec_patch(message), resource_version=er.metadata.resource_version
-                )
+                await self._write_failed(er, "InvalidSpec", message)
                 await self.events.warning(er, "InvalidSpec", message)
                 return None
         secret = await self._ensure_secret(er)
         er = await self._ensure_runner_id(er, secret)
         if decide.too_many_failures(er, self.settings):
-            failures = len((er.status or EphemeralRunnerStatus()).failures)
-            return await self._apply(er, None, decide.DeleteRunner("TooManyPodFailures", f"the runner pod failed {failures} times"))
+            return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings))
         pod = await self.reader.get_or_none(PODS, key)
         now = self.clock()
         decision = decide.decide_missing_pod(er, now, self.settings) if pod is None else decide.decide_pod(er, pod, now, self.settings)
@@ -291,6 +289,8 @@ class RunnerReconciler:
                 if not pod.metadata.is_deleting:
                     await self.writer.delete(PODS, key, uid=pod.metadata.uid, missing_ok=True)
                 return None
+            case decide.MarkFailed(reason=reason, message=message):
+                return await self._mark_failed(er, message, reason)
             case decide.MarkOutdated(status_patch=patch):
                 await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
                 self.metrics.outdated.inc()
@@ -327,14 +327,31 @@ class RunnerReconciler:
         self.metrics.pods_created.inc()
         return None
 
-    async def _mark_failed(self, er: EphemeralRunner, message: str) -> Result | None:
-        await self.writer.patch_status(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), decide.invalid_pod_patch(message), resource_version=er.metadata.resource_version)
-        await self.events.warning(er, "InvalidPod", message)
+    async def _mark_failed(self, er: EphemeralRunner, message: str, reason: str = "InvalidPod") -> Result | None:
+        er = await self._write_failed(er, reason, message)
+        await self.events.warning(er, reason, message)
         await self._remove_best_effort(er)
         return None
 
+    async def _write_failed(self, er: EphemeralRunner, reason: str, message: str) -> EphemeralRunner:
+        """Stamp ``failed-at`` (metadata), then status phase Failed, both locked on what was read
+        (the second on the first's answer). A crash between them leaves a harmless stamp on a
+        runner that is not Failed; the next failure stamps again."""
+        key = EPHEMERAL_RUNNERS.key_of(er)
+        er = await self.writer.patch_merge(EPHEMERAL_RUNNERS, key, decide.failed_at_patch(self.clock()), resource_version=er.metadata.resource_version)
+        er = await self.writer.patch_status(EPHEMERAL_RUNNERS, key, decide.failed_patch(reason, message), resource_version=er.metadata.resource_version)
+        self._count_failure(er, reason)
+        return er
+
+    def _count_failure(self, er: EphemeralRunner, reason: str) -> None:
+        ref = er.metadata.controller_reference()
+        name = er.metadata.labels.get(LABEL_SCALE_SET_NAME) or (ref.name if ref is not None else "")
+        self.metrics.failures.labels(er.metadata.namespace, name, reason).inc()
+
     async def _delete_er(self, er: EphemeralRunner, reason: str) -> None:
         self.metrics.runners_deleted.labels(reason).inc()
+        if reason in decide.FAILURE_DELETE_REASONS:
+            self._count_failure(er, reason)
         await self.writer.delete(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), uid=er.metadata.uid, missing_ok=True)
 
     # --- the Actions service ---------------------------------------------------------------------------

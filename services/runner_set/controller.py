@@ -10,15 +10,18 @@ re-queued at once and decided again on a fresh read.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import logging
+from collections.abc import Callable
 
 import anyio
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from services.runner_set import decide
+from services.runner_set import decide, failures
 from services.runner_set.decide import Plan
+from services.runner_set.failures import FailurePolicy
 from services.scale_set.names import runner_proxy_secret_name
 from shared.actions import ActionsError, JobStillRunningError, RunnerNotFoundError, parse_config_url
 from shared.api import EphemeralRunner, EphemeralRunnerSet, validate
@@ -39,6 +42,13 @@ DELETION_REQUEUE = 5.0
 ACTIONS_RETRY = 5.0
 SAFETY_REQUEUE = 1.0
 CREATE_CONCURRENCY = 8  # parallel EphemeralRunner creates per reconcile  # multi-step plans re-run after this even if no watch event arrives
+JOB_STILL_RUNNING_RETRY = 30.0  # a Failed runner past its TTL that the service says is busy: ask again after
+
+Clock = Callable[[], dt.datetime]
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
 
 
 class RunnerSetMetrics:
@@ -55,10 +65,72 @@ class RunnerSetMetrics:
         self.desired_applied = Gauge(
             "runnerscale_runner_set_desired_replicas", "spec.replicas as last applied from the listener.", GAUGE_LABELS, registry=registry
         )
+        self.backoff_seconds = Gauge(
+            "runnerscale_runner_set_failure_backoff_seconds",
+            "Seconds left of the failure-budget backoff during which no runner is created (0: none).",
+            GAUGE_LABELS,
+            registry=registry,
+        )
+        self.backoff_level = Gauge("runnerscale_runner_set_failure_backoff_level", "Failure-budget backoff level (0: none).", GAUGE_LABELS, registry=registry)
+        self.budget_failures = Gauge(
+            "runnerscale_runner_set_failure_budget_failures",
+            "Runner failures of the current revision counted in the failure-budget window.",
+            GAUGE_LABELS,
+            registry=registry,
+        )
+        self.backoffs = Counter(
+            "runnerscale_runner_set_failure_backoffs_total", "Failure-budget escalations (runner creation backed off).", GAUGE_LABELS, registry=registry
+        )
+        self.failed_replaced = Counter(
+            "runnerscale_runner_set_failed_runners_replaced_total",
+            "Failed runners removed after --failed-runner-ttl (and replaced when replicas still want them).",
+            GAUGE_LABELS,
+            registry=registry,
+        )
         self._labels: dict[ObjectKey, tuple[str, ...]] = {}
 
-    def _all(self) -> tuple[Gauge, ...]:
-        return (self.pending, self.running, self.failed, self.revision_lag, self.desired_applied)
+    def _all(self) -> tuple[Gauge | Counter, ...]:
+        return (
+            self.pending,
+            self.running,
+            self.failed,
+            self.revision_lag,
+            self.desired_applied,
+            self.backoff_seconds,
+            self.backoff_level,
+            self.budget_failures,
+            self.backoffs,
+            self.failed_replaced,
+        )
+
+    def labels_of(self, ers: EphemeralRunnerSet) -> tuple[str, ...] | None:
+        try:
+            cfg = parse_config_url(ers.spec.ephemeral_runner_spec.github_config_url)
+        except (ActionsError, ValueError):
+            return None
+        return (
+            ers.metadata.labels.get(LABEL_SCALE_SET_NAME, ers.metadata.name),
+            ers.metadata.labels.get(LABEL_SCALE_SET_NAMESPACE, ers.metadata.namespace),
+            cfg.repository,
+            cfg.organization,
+            cfg.enterprise,
+        )
+
+    def set_budget(self, ers: EphemeralRunnerSet, a: failures.Assessment | None, now: dt.datetime) -> None:
+        labels = self.labels_of(ers)
+        if labels is None or a is None:
+            return
+        left = (a.blocked_until - now).total_seconds() if a.blocked_until is not None else 0.0
+        self.backoff_seconds.labels(*labels).set(max(0.0, left))
+        self.backoff_level.labels(*labels).set(a.level)
+        self.budget_failures.labels(*labels).set(a.failures)
+        if a.escalated:
+            self.backoffs.labels(*labels).inc()
+
+    def replaced(self, ers: EphemeralRunnerSet) -> None:
+        labels = self.labels_of(ers)
+        if labels is not None:
+            self.failed_replaced.labels(*labels).inc()
 
     def set(self, key: ObjectKey, ers: EphemeralRunnerSet, b: decide.Buckets) -> None:
         try:
@@ -97,8 +169,10 @@ class RunnerSetMetrics:
 class RunnerSetWorker:
     """Holds the per-process state of the runner-set worker (latest desired state per ERS)."""
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerContext, policy: FailurePolicy | None = None, clock: Clock = utcnow) -> None:
         self.ctx = ctx
+        self.policy = policy or FailurePolicy()
+        self.clock = clock
         self.metrics = RunnerSetMetrics(ctx.registry)
         self.desired: dict[ObjectKey, DesiredState] = {}
         self.seeded: set[ObjectKey] = set()  # keys whose latest stream message was read since gaining them
@@ -166,7 +240,8 @@ class RunnerSetWorker:
                 return Result(requeue_after=ACTIONS_RETRY)
         b = decide.bucket_runners(await self._runners(ers))
         self.metrics.set(key, ers, b)
-        p = decide.plan(ers, b)
+        now = self.clock()
+        p = decide.plan(ers, b, now, self.policy)
         if p.reason not in ("steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed") or log_debug_enabled():
             (log.debug if p.reason in ("steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed") else log.info)(
                 "reconcile",
@@ -180,11 +255,15 @@ class RunnerSetWorker:
                 create=p.create,
                 delete=len(p.delete),
                 remove=p.remove_count,
+                reap=len(p.reap),
+                failures=p.budget.failures if p.budget else 0,
+                backoff_level=p.budget.level if p.budget else 0,
             )
         retry = await self._execute(key, ers, p, proxy_secret)
-        if retry is not None:
-            return retry
-        return Result(requeue_after=SAFETY_REQUEUE) if p.requeue else None
+        self.metrics.set_budget(ers, p.budget, now)
+        first = [retry.requeue_after] if retry is not None else [SAFETY_REQUEUE if p.requeue else None]
+        after = [r for r in (*first, p.requeue_after) if r is not None]
+        return Result(requeue_after=max(0.0, min(after))) if after else None
 
     async def _runners(self, ers: EphemeralRunnerSet) -> list[EphemeralRunner]:
         listed = await self.ctx.reader.list(EPHEMERAL_RUNNERS, namespace=ers.metadata.namespace)
@@ -234,15 +313,18 @@ class RunnerSetWorker:
     # --- executing a plan --------------------------------------------------------------------------
 
     async def _execute(self, key: ObjectKey, ers: EphemeralRunnerSet, p: Plan, proxy_secret: str = "") -> Result | None:
-        ctx = self.ctx
+        retry: Result | None = None
+        if p.budget is not None:
+            ers = await self._apply_budget(key, ers, p.budget)
+        if p.reap:
+            retry = await self._reap_failed(ers, p, proxy_secret)
         status_first = p.reason == "finished-cleanup"  # record the marker before reaping (seed 000)
         if status_first and p.status:
             ers = await self._patch_status(key, ers, p.status)
         for er in p.delete:
             await self._delete_runner(er)
-        retry: Result | None = None
         if p.remove and p.remove_count:
-            retry = await self._remove_idle(ers, p.remove, p.remove_count)
+            retry = await self._remove_idle(ers, p.remove, p.remove_count) or retry
         if p.create:
             await self._create_runners(ers, p.create, proxy_secret)
         if not status_first and p.status:
@@ -251,10 +333,72 @@ class RunnerSetWorker:
                 await self._revision_applied(ers, p.publish_applied)
         return retry
 
-    async def _create_runners(self, ers: EphemeralRunnerSet, count: int, proxy_secret: str) -> None:
+    # --- failed runners (TTL swap, failure budget) ------------------------------------------------------
+
+    async def _apply_budget(self, key: ObjectKey, ers: EphemeralRunnerSet, a: failures.Assessment) -> EphemeralRunnerSet:
+        """Write the failure-budget record (locked on the read's resourceVersion: a 409 re-reads and
+        decides again) before anything it accounts for is deleted; then say what changed."""
+        if a.record is not None:
+            ers = await self.ctx.writer.patch_merge(
+                EPHEMERAL_RUNNER_SETS,
+                key,
+                {"metadata": {"annotations": {failures.ANNOTATION_FAILURE_BUDGET: a.record}}},
+                resource_version=ers.metadata.resource_version,
+            )
+        if a.escalated:
+            log.warning("failure budget exhausted; runner creation backed off", namespace=key.namespace, name=key.name, failures=a.failures, level=a.level)
+            await self.ctx.events.warning(ers, "RunnerFailureBackoff", a.message)
+        elif a.reset:
+            log.info("failure budget reset", namespace=key.namespace, name=key.name, why=a.reset)
+            await self.ctx.events.normal(ers, "RunnerFailureBudgetReset", a.message)
+        return ers
+
+    async def _reap_failed(self, ers: EphemeralRunnerSet, p: Plan, proxy_secret: str) -> Result | None:
+        """Swap Failed runners past their TTL: remove from the service (best effort; RunnerNotFound
+        is fine; JobStillRunning keeps the runner), create the replacement (annotated with the
+        failed runner's uid, so a crash before the delete never makes a second one), delete."""
+        client = None
+        client_unusable = False
+        kept = 0
+        for er in p.reap:
+            rid = decide.runner_id(er)
+            if rid and not client_unusable:
+                if client is None:
+                    try:
+                        client = await self.ctx.actions.for_spec(ers.metadata.namespace, ers.spec.ephemeral_runner_spec)
+                    except ActionsCredentialsUnavailable as exc:
+                        client_unusable = True  # best effort: the runner's own finalizer retries the removal
+                        log.warning("no Actions client to remove failed runners; deleting them anyway", namespace=ers.metadata.namespace, name=ers.metadata.name, error=str(exc))
+                if client is not None:
+                    try:
+                        await client.remove_runner(rid)
+                    except JobStillRunningError:
+                        kept += 1
+                        log.info("failed runner still has a job at the service; kept", namespace=er.metadata.namespace, name=er.metadata.name, runner_id=rid)
+                        continue
+                    except RunnerNotFoundError:
+                        pass
+                    except ActionsError as exc:
+                        log.warning("remove failed runner from the service failed; deleting it anyway", namespace=er.metadata.namespace, name=er.metadata.name, error=str(exc))
+            if er.metadata.uid in p.replace:
+                await self._create_runners(ers, 1, proxy_secret, replaces=er.metadata.uid)
+            await self._delete_runner(er)
+            self.metrics.replaced(ers)
+            status = er.status
+            why = f"{status.reason}: {status.message}".strip(": ") if status else ""
+            at = failures.failed_at(er)
+            await self.ctx.events.normal(
+                ers,
+                "FailedRunnerReplaced",
+                f"runner {er.metadata.name} failed ({why or 'no reason given'}) at {at.isoformat() if at else 'an unknown time'};"
+                f" removed after {self.policy.failed_runner_ttl:g}s" + (" and replaced" if er.metadata.uid in p.replace else " (replicas no longer want a replacement)"),
+            )
+        return Result(requeue_after=JOB_STILL_RUNNING_RETRY) if kept else None
+
+    async def _create_runners(self, ers: EphemeralRunnerSet, count: int, proxy_secret: str, replaces: str = "") -> None:
         """Create ``count`` runners, at most CREATE_CONCURRENCY at a time; the first failure is
         raised after the others finished (the next reconcile re-LISTs and creates what is missing)."""
-        body = decide.new_runner(ers, proxy_secret)
+        body = decide.new_runner(ers, proxy_secret, replaces)
         limiter = anyio.CapacityLimiter(CREATE_CONCURRENCY)
         failures: list[Exception] = []
 
@@ -389,3 +533,15 @@ def _text(secret: Any, key: str) -> str:
 
 def setup(ctx: WorkerContext) -> list[Controller]:
     return RunnerSetWorker(ctx).setup()
+
+
+def make_setup(policy: FailurePolicy | None = None, *, clock: Clock = utcnow, holder: dict[str, Any] | None = None) -> Callable[[WorkerContext], list[Controller]]:
+    """A ``setup`` with explicit failure settings (``holder`` receives the worker under "worker")."""
+
+    def _setup(ctx: WorkerContext) -> list[Controller]:
+        w = RunnerSetWorker(ctx, policy, clock)
+        if holder is not None:
+            holder["worker"] = w
+        return w.setup()
+
+    return _setup

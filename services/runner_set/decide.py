@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import msgspec
 
+from services.runner_set import failures
+from services.runner_set.failures import Assessment, FailurePolicy
 from shared.api import (
     EphemeralRunner,
     EphemeralRunnerPhase,
@@ -27,7 +29,7 @@ from shared.api import (
     ProxyConfig,
     ProxyServerConfig,
     runner_revision,
-    to_dict,
+    status_patch,
 )
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
@@ -53,7 +55,9 @@ ANNOTATION_APPLIED_DESIRED_STATE = "actions.github.com/applied-desired-state"
 EPOCH_RESET_GRACE = dt.timedelta(seconds=120)
 
 # ERS annotations that are not copied onto runners.
-_NOT_PROPAGATED = frozenset({ANNOTATION_APPLIED_DESIRED_STATE, ANNOTATION_INTEGRITY_HASH, "kubectl.kubernetes.io/last-applied-configuration"})
+_NOT_PROPAGATED = frozenset(
+    {ANNOTATION_APPLIED_DESIRED_STATE, ANNOTATION_INTEGRITY_HASH, failures.ANNOTATION_FAILURE_BUDGET, "kubectl.kubernetes.io/last-applied-configuration"}
+)
 
 
 # --- buckets -------------------------------------------------------------------------------------
@@ -250,7 +254,13 @@ class Plan:
     4. ``status``: status fields to merge-patch (with the read's resourceVersion), or None;
     5. ``publish_applied``: publish RevisionApplied(revision) once the status write succeeded.
 
-    ``requeue`` asks for another reconcile soon (the next step needs post-write data).
+    ``requeue`` asks for another reconcile soon (the next step needs post-write data);
+    ``requeue_after`` (seconds) for a timed one (a Failed runner's TTL, the end of a backoff).
+
+    Failure rules (:mod:`services.runner_set.failures`), executed before all of the above:
+    ``budget.record`` is written first (locked; record before reap), then each runner in ``reap``
+    (Failed past its TTL) is removed from the service (best effort; ``JobStillRunning`` keeps
+    it), replaced if its uid is in ``replace``, and deleted.
     """
 
     reason: str
@@ -261,6 +271,10 @@ class Plan:
     status: dict[str, Any] | None = None
     publish_applied: int | None = None
     requeue: bool = False
+    reap: list[EphemeralRunner] = field(default_factory=list)
+    replace: list[str] = field(default_factory=list)
+    budget: Assessment | None = None
+    requeue_after: float | None = None
 
 
 def next_cleanup_marker(current: int | None, patch_id: int) -> int | None:
@@ -293,17 +307,20 @@ def desired_status(ers: EphemeralRunnerSet, b: Buckets, applied_revision: int) -
 
 
 def status_diff(status: EphemeralRunnerSetStatus | None, wanted: dict[str, Any]) -> dict[str, Any] | None:
-    """The fields of ``wanted`` that differ from ``status`` (None when nothing differs)."""
-    current = to_dict(status or EphemeralRunnerSetStatus())
+    """The fields of ``wanted`` that differ from ``status`` (None when nothing differs); a field the
+    stored status lacks counts as its zero value."""
+    current = status_patch(status or EphemeralRunnerSetStatus())["status"]
     diff = {k: v for k, v in wanted.items() if current.get(k) != v}
     return diff or None
 
 
-def plan(ers: EphemeralRunnerSet, b: Buckets) -> Plan:
-    """What one reconcile of a live (not deleting) EphemeralRunnerSet does next."""
+def plan(ers: EphemeralRunnerSet, b: Buckets, now: dt.datetime | None = None, policy: FailurePolicy | None = None) -> Plan:
+    """What one reconcile of a live (not deleting) EphemeralRunnerSet does next.
+
+    ``policy`` None: ARC's rules (Failed runners are kept and count toward replicas forever);
+    otherwise the Failed-runner TTL and the failure budget apply at ``now``."""
     spec, status = ers.spec, ers.status or EphemeralRunnerSetStatus()
     applied = status.applied_actionable_revision
-    marker = status.finished_runner_cleanup_patch_id
 
     # 1. Revision rollout (seeds 001/003): idle and pending runners built from an older revision
     #    are removed (busy ones finish their job on the old spec); terminated ones of the old spec
@@ -332,7 +349,24 @@ def plan(ers: EphemeralRunnerSet, b: Buckets) -> Plan:
     if current_outdated(b, applied):
         return Plan("outdated-hold", status=status_fields)
 
-    # 4. Scaling, per ARC's patch-ID protocol (arc-controllers.md §2.2):
+    # 4. Failed runners (better than ARC): swap those past their TTL for fresh ones (whatever the
+    #    patch ID says: a failed runner is lost capacity, not lower demand), and hold all creation
+    #    while the set's failure budget is exhausted.
+    if policy is None:
+        return _scale(ers, b, status_fields, None)
+    a = failures.assess(ers, b.failed, [*b.pending, *b.running, *b.finished], now or dt.datetime.now(dt.timezone.utc), policy)
+    if a.expired:
+        repl = failures.replacements(a.expired, b.all, spec.replicas, b.scale_up_total)
+        return Plan("failed-ttl", reap=a.expired, replace=repl, status=status_fields, budget=a, requeue=True)
+    p = _scale(ers, b, status_fields, a.blocked_until)
+    return replace(p, budget=a, requeue_after=a.next_check)
+
+
+def _scale(ers: EphemeralRunnerSet, b: Buckets, status_fields: dict[str, Any] | None, blocked_until: dt.datetime | None) -> Plan:
+    spec, status = ers.spec, ers.status or EphemeralRunnerSetStatus()
+    marker = status.finished_runner_cleanup_patch_id
+
+    # 5. Scaling, per ARC's patch-ID protocol (arc-controllers.md §2.2):
     #    patchID 0 = authoritative (up and down); new patchID = up only; same patchID = status only.
     if spec.patch_id != 0 and spec.patch_id == b.latest_patch_id:
         return Plan("patch-already-applied", status=status_fields)
@@ -345,7 +379,7 @@ def plan(ers: EphemeralRunnerSet, b: Buckets) -> Plan:
             fields["finishedRunnerCleanupPatchID"] = new_marker
         return Plan("finished-cleanup", delete=list(b.finished), status=fields or None, requeue=True)
     create = 0
-    if spec.replicas > b.scale_up_total and not scale_up_suppressed(spec.patch_id, marker):
+    if spec.replicas > b.scale_up_total and not scale_up_suppressed(spec.patch_id, marker) and blocked_until is None:
         create = spec.replicas - b.scale_up_total
     remove: list[EphemeralRunner] = []
     count = 0
@@ -353,6 +387,8 @@ def plan(ers: EphemeralRunnerSet, b: Buckets) -> Plan:
         count = b.scale_total - spec.replicas
         remove = idle_candidates(b)
     reason = "scale-up" if create else ("scale-down" if count else ("scale-up-suppressed" if spec.replicas > b.scale_up_total else "steady"))
+    if blocked_until is not None and spec.replicas > b.scale_up_total and not create:
+        reason = "failure-backoff"
     # Deletions and creations wake the set through runner events; a scale-down that fell short
     # (JobStillRunning, unregistered runners) waits for the next runner status change, as in ARC.
     return Plan(reason, remove=remove, remove_count=count, create=create, status=status_fields, requeue=bool(create))
@@ -397,7 +433,7 @@ def proxy_secret_data(proxy: ProxyConfig, credentials: dict[str, tuple[str, str]
     return {"http_proxy": url(proxy.http), "https_proxy": url(proxy.https), "no_proxy": ",".join(proxy.no_proxy)}
 
 
-def new_runner(ers: EphemeralRunnerSet, proxy_secret: str = "") -> dict[str, Any]:
+def new_runner(ers: EphemeralRunnerSet, proxy_secret: str = "", replaces: str = "") -> dict[str, Any]:
     """The EphemeralRunner to create (arc-controllers.md §3.3) as a JSON tree: generateName
     ``<ers>-runner-``, owner = the ERS (controller), ARC's labels with component ``runner``, the ERS
     annotations plus ``patch-id`` and ``actionable-revision``, ephemeralRunnerMetadata as the base,
@@ -410,6 +446,7 @@ def new_runner(ers: EphemeralRunnerSet, proxy_secret: str = "") -> dict[str, Any
         **{k: v for k, v in meta.annotations.items() if k not in _NOT_PROPAGATED},
         ANNOTATION_PATCH_ID: str(ers.spec.patch_id),
         ANNOTATION_ACTIONABLE_REVISION: str(ers.spec.actionable_revision),
+        **({failures.ANNOTATION_REPLACES: replaces} if replaces else {}),
     }
     return {
         "apiVersion": API_VERSION,

@@ -101,7 +101,10 @@ async def _pod_gone(env, name):
     return pod is None or pod.metadata.is_deleting
 
 
-async def test_crash_backoff_then_delete_after_more_than_5_failures(runner_env):
+async def test_crash_backoff_then_failed_after_more_than_5_failures(runner_env):
+    """ARC deletes the ER after the 6th failure; here it becomes Failed (TooManyPodFailures), is
+    unregistered and its pod removed, so the set sees and counts it and replaces it after
+    --failed-runner-ttl (tests/scenario/test_runner_set_failures.py)."""
     env = runner_env
     await env.create_er("er-crash")
     er, pod = await _registered(env, "er-crash")
@@ -115,8 +118,14 @@ async def test_crash_backoff_then_delete_after_more_than_5_failures(runner_env):
             cur = await env.er("er-crash")
             assert len(cur.status.failures) == n
             assert set(cur.status.failures) <= seen
-    await env.wait_gone("er-crash")
-    assert er.status.runner_id not in await _service_ids(env)
+    async def failed():
+        cur = await env.er("er-crash")
+        return cur if cur is not None and cur.status is not None and cur.status.phase == "Failed" else None
+
+    cur = await wait_for(failed, what="phase Failed")
+    assert cur.status.reason == "TooManyPodFailures" and "actions.github.com/failed-at" in cur.metadata.annotations
+    await wait_for(lambda: _not_registered(env, er.status.runner_id), what="runner removed from the service")
+    await wait_for(lambda: _pod_gone(env, "er-crash"), what="pod removed")
     assert {"RunnerPodFailed", "TooManyPodFailures"} <= await env.event_reasons("er-crash")
 
 

@@ -67,7 +67,12 @@ async def test_an_outdated_runner_through_the_node_is_marked_outdated(runner_env
             return er is not None and er.status is not None and er.status.phase == "Outdated"
 
         await wait_for(outdated, timeout=20, what="ER Outdated")
-    assert await env.service_runners() == []
+
+    async def unregistered():
+        return await env.service_runners() == []
+
+    # the status is written before the (best-effort) removal from the service: wait for it
+    await wait_for(unregistered, what="runner removed from the service")
 
 
 async def test_deleting_a_busy_runner_waits_for_its_job(runner_env, kube_api, namespace, tmp_path):
