@@ -13,7 +13,8 @@
         await w.wait_ready()
 
 What the runtime does, in order: JSON logging; Kubernetes client; bus (streams and buckets
-checked); ``ShardOwnership.join(name)`` and its first claim round; ``setup(ctx)``; /metrics and
+checked); shard ownership (``KubeShardOwnership``: Kubernetes Leases, the default; or
+``ShardOwnership``: NATS KV, ``--ownership nats``) and its first claim round; ``setup(ctx)``; /metrics and
 /healthz /readyz; informers; controllers (each key reconciled only by the replica owning its
 shard: ``owns=`` is wired for you, and keys of gained shards are re-enqueued); background tasks
 (bus routes). SIGTERM/SIGINT: controllers stop taking keys, in-flight reconciles finish (bounded
@@ -26,6 +27,7 @@ import argparse
 import inspect
 import signal
 import sys
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ from shared.kube import (
     Resource,
     Source,
 )
+from shared.kube.leases import KubeShardOwnership, LeaseTiming
 from shared.log import configure_logging, get_logger
 from shared.worker.actions_pool import ActionsClientPool
 from shared.worker.http import HttpServers, health_app, metrics_app
@@ -71,6 +74,29 @@ async def connect_kube(settings: WorkerSettings) -> KubeClient:
     )
 
 
+def shard_group(name: str, settings: WorkerSettings) -> str:
+    """The replicas that split shards: same worker kind and same watched namespaces (replicas
+    watching different namespaces reconcile different keys, so they must not share shards)."""
+    if not settings.namespaces:
+        return name
+    return f"{name}-{zlib.crc32(','.join(sorted(settings.namespaces)).encode()):08x}"
+
+
+def join_shards(settings: WorkerSettings, kube: KubeClient, bus: Bus, name: str, on_change: ShardCallback) -> Any:
+    """Shard ownership as configured: Kubernetes Leases (default, docs/leases.md) or NATS KV."""
+    if settings.ownership == "nats":
+        return ShardOwnership.join(bus, name, replica_id=settings.replica_id, on_change=on_change)
+    return KubeShardOwnership.join(
+        kube,
+        shard_group(name, settings),
+        replica_id=settings.replica_id,
+        shards=settings.bus.shards,
+        namespace=settings.lease_namespace or None,
+        timing=LeaseTiming(duration=settings.lease_duration),
+        on_change=on_change,
+    )
+
+
 @dataclass
 class WorkerContext:
     """What ``setup`` gets: clients, the bus, shard ownership, and builders for controllers."""
@@ -81,7 +107,7 @@ class WorkerContext:
     reader: ApiReader
     writer: ApiWriter
     bus: Bus
-    shards: ShardOwnership
+    shards: ShardOwnership | KubeShardOwnership
     events: EventRecorder
     actions: ActionsClientPool
     registry: CollectorRegistry
@@ -269,7 +295,7 @@ async def _serve(handle: WorkerHandle, setup: Setup, registry: CollectorRegistry
     kube = await connect_kube(settings)
     try:
         async with Bus.connect(settings.bus, name=f"runnerscale-{name}-{settings.replica_id}") as bus:
-            async with ShardOwnership.join(bus, name, replica_id=settings.replica_id, on_change=on_change) as shards:
+            async with join_shards(settings, kube, bus, name, on_change) as shards:
                 reader, writer = ApiReader(kube), ApiWriter(kube)
                 pool = ActionsClientPool(reader, timeout=settings.actions_timeout)
                 ctx = WorkerContext(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from shared.bus.errors import SettingsError
 from shared.bus.settings import BusSettings, add_bus_arguments, load_settings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+OWNERSHIPS = ("kube", "nats")  # where shard leases live (docs/leases.md)
 
 
 def default_replica_id(environ: Mapping[str, str] | None = None) -> str:
@@ -51,6 +53,9 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True):
     kube_request_timeout: float = 30.0
     actions_timeout: float = 60.0  # deadline of one Actions service call (all retries)
     shutdown_timeout: float = 10.0  # graceful stop budget on SIGTERM
+    ownership: str = "kube"  # shard leases: kube (Kubernetes Leases) or nats (NATS KV)
+    lease_namespace: str = ""  # kube ownership: "" = POD_NAMESPACE, else runnerscale-system
+    lease_duration: float = 10.0  # kube ownership (crash handover within D + D/3 ≈ 13.3 s): seconds a shard Lease outlives its last renewal
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,9 @@ OPTIONS: tuple[_Opt, ...] = (
     _Opt("kube_request_timeout", "RUNNERSCALE_KUBE_REQUEST_TIMEOUT", "--kube-request-timeout", "seconds per Kubernetes API request", "float"),
     _Opt("actions_timeout", "RUNNERSCALE_ACTIONS_TIMEOUT", "--actions-timeout", "seconds per Actions service call (all retries)", "float"),
     _Opt("shutdown_timeout", "RUNNERSCALE_SHUTDOWN_TIMEOUT", "--shutdown-timeout", "seconds a graceful stop may take", "float"),
+    _Opt("ownership", "RUNNERSCALE_OWNERSHIP", "--ownership", "where shard leases live: kube (Kubernetes Leases) or nats (NATS KV)"),
+    _Opt("lease_namespace", "RUNNERSCALE_LEASE_NAMESPACE", "--lease-namespace", "namespace of the shard Leases (default: POD_NAMESPACE, else runnerscale-system)"),
+    _Opt("lease_duration", "RUNNERSCALE_LEASE_DURATION", "--lease-duration", "seconds a shard Lease outlives its last renewal (kube ownership)", "float"),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
 
@@ -140,6 +148,9 @@ def parse_listen_addr(addr: str) -> tuple[str, int] | None:
     return (host.strip("[]") or "0.0.0.0", int(port_text))
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 def validate_worker_settings(s: WorkerSettings) -> None:
     """Raise :class:`SettingsError` naming the first bad setting (pure)."""
 
@@ -165,10 +176,17 @@ def validate_worker_settings(s: WorkerSettings) -> None:
             raise bad("namespaces", f"{ns!r} is not a namespace name")
     if not s.replica_id:
         raise bad("replica_id", "must not be empty")
+    if s.ownership not in OWNERSHIPS:
+        raise bad("ownership", f"must be one of {', '.join(OWNERSHIPS)}, got {s.ownership!r}")
+    if s.lease_duration < 1.0:
+        raise bad("lease_duration", f"must be >= 1 second, got {s.lease_duration}")
+    if s.lease_namespace and not _DNS_LABEL.fullmatch(s.lease_namespace):
+        raise bad("lease_namespace", f"{s.lease_namespace!r} is not a namespace name")
 
 
 __all__ = [
     "LOG_LEVELS",
+    "OWNERSHIPS",
     "OPTIONS",
     "SettingsError",
     "WorkerSettings",

@@ -33,6 +33,9 @@ def _u(group: str, resource: str, verbs: str, scope: str = ANY) -> list[tuple[st
 
 USES: dict[str, list[tuple[str, str, str, str]]] = {
     "scale-set": [
+        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: shard and
+        # member Leases in the worker's own namespace (list, get, create, patch renewals, delete on release)
+        *_u("coordination.k8s.io", "leases", "get list create patch delete", CONTROLLER),
         # services/scale_set/worker.py: ctx.informers(AUTOSCALING_RUNNER_SETS / EPHEMERAL_RUNNER_SETS)
         # reconciler.py: reader.get_or_none(ARS), add_finalizer, _patch_ars_meta (patch_merge),
         # remove_finalizer; _write_status (patch_status)
@@ -57,6 +60,9 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         *_u(RBAC, "rolebindings", "get patch"),
     ],
     "runner-set": [
+        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: shard and
+        # member Leases in the worker's own namespace (list, get, create, patch renewals, delete on release)
+        *_u("coordination.k8s.io", "leases", "get list create patch delete", CONTROLLER),
         # services/runner_set/controller.py: ctx.informers(EPHEMERAL_RUNNER_SETS), reader.get_or_none,
         # add_finalizer, remove_finalizer, _apply_desired (patch_merge), _patch_status
         *_u(A, "ephemeralrunnersets", "get list watch patch"),
@@ -72,6 +78,9 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         *_u(CORE, "events", "create patch"),
     ],
     "runner": [
+        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: shard and
+        # member Leases in the worker's own namespace (list, get, create, patch renewals, delete on release)
+        *_u("coordination.k8s.io", "leases", "get list create patch delete", CONTROLLER),
         # services/runner/worker.py: ctx.informers(EPHEMERAL_RUNNERS); reconciler.py: get_or_none,
         # _ensure_finalizers / _job_once (patch_merge), remove_finalizer, _delete_er (delete)
         *_u(A, "ephemeralrunners", "get list watch patch delete"),
@@ -89,6 +98,9 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         *_u(CORE, "events", "create patch"),
     ],
     "listener-pod": [
+        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: shard and
+        # member Leases in the worker's own namespace (list, get, create, patch renewals, delete on release)
+        *_u("coordination.k8s.io", "leases", "get list create patch delete", CONTROLLER),
         # services/listener_pod/worker.py: ctx.informers(AUTOSCALING_LISTENERS / AUTOSCALING_RUNNER_SETS)
         # reconciler.py: get_or_none(AL), add_finalizer, remove_finalizer, delete (ARS gone)
         *_u(A, "autoscalinglisteners", "get list watch patch delete"),
@@ -245,11 +257,25 @@ def test_uses_cover_the_code(worker: str) -> None:
     mentioned |= {(g, p) for g, p in re.findall(r'Resource\(\s*"([^"]*)",\s*"[^"]+",\s*"([^"]+)"', source)}
     used = {(g, r.split("/")[0]) for g, r, _, _ in USES[worker]}
     assert mentioned <= used, f"resources in the code without RBAC data: {mentioned - used}"
-    via_runtime = {(CORE, "events"), (CORE, "secrets"), (CORE, "configmaps")}  # EventRecorder, ActionsClientPool
+    # EventRecorder, ActionsClientPool, and the shard-ownership Leases the runtime holds
+    via_runtime = {(CORE, "events"), (CORE, "secrets"), (CORE, "configmaps"), ("coordination.k8s.io", "leases")}
     # the listener-pod worker holds its listener Role's rules without touching those kinds itself
     via_escalation = {(A, "ephemeralrunnersets"), (A, "ephemeralrunners")} if worker == "listener-pod" else set()
     assert used - mentioned <= via_runtime | via_escalation, f"USES lists resources the code no longer names: {used - mentioned - via_runtime - via_escalation}"
     assert not re.search(r"\bwriter\.replace\(", source), "a PUT appeared: add the update verb to USES and the manifests"
+
+
+def test_the_runtime_holds_shard_leases_in_kubernetes_by_default() -> None:
+    """The leases entry of every worker is real: the runtime joins KubeShardOwnership by default,
+    which lists, creates, patches and deletes coordination.k8s.io Leases."""
+    from shared.worker.settings import WorkerSettings
+
+    assert WorkerSettings().ownership == "kube"
+    runtime = (ROOT / "shared" / "worker" / "runtime.py").read_text()
+    leases = (ROOT / "shared" / "kube" / "leases.py").read_text()
+    assert "KubeShardOwnership" in runtime
+    for call in ("reader.list(LEASES", "writer.create(LEASES", "writer.patch_merge(LEASES", "writer.delete(LEASES"):
+        assert call in leases, call
 
 
 def test_events_and_credentials_come_from_the_runtime() -> None:

@@ -76,6 +76,7 @@ def worker_settings(kube_api: Any, nats_server: Any, namespace: str) -> Callable
             actions_timeout=20.0,
             shutdown_timeout=5.0,
             kube_request_timeout=10.0,
+            lease_duration=3.0,  # short Kubernetes shard leases, like lease_ttl above
         )
         base.update(overrides)
         return WorkerSettings(**base)

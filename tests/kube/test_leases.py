@@ -1,0 +1,513 @@
+"""Shard ownership in Kubernetes Leases (shared.kube.leases) against the API emulator (or a real
+cluster), watched by an invariant monitor that samples every replica every 2 ms."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from shared.bus import Bus, BusSettings, NotOwner, ShardOwnership
+from shared.kube import LEASES, NAMESPACES, SECRETS, AlreadyExists, ApiReader, ApiWriter, KubeClient, KubeError, ObjectKey
+from shared.kube.leases import (
+    GROUP_LABEL,
+    KubeShardOwnership,
+    LeaseTiming,
+    default_lease_namespace,
+    member_lease_name,
+    shard_lease_name,
+)
+from tests.bus.replicas import OwnershipMonitor
+from tests.fixtures.apiserver import KubeApi
+
+pytestmark = pytest.mark.anyio
+
+SHARDS = 16
+TIMING = LeaseTiming(duration=2.0)  # validity 1.4 s, renew every 0.67 s, requests 0.4 s
+SLACK = 1.5  # request latency and scheduling on a busy CI box
+
+
+def handover_bound(timing: LeaseTiming = TIMING) -> float:
+    return timing.handover_bound + SLACK
+
+
+async def wait_for(condition: Callable[[], object], timeout: float = 10.0, describe: Callable[[], object] | None = None) -> None:
+    """Poll ``condition`` every 10 ms until true; fail the test after ``timeout`` saying what was seen."""
+    try:
+        with anyio.fail_after(timeout):
+            while not condition():
+                await anyio.sleep(0.01)
+    except TimeoutError:
+        seen = f"; last seen: {describe()!r}" if describe is not None else ""
+        raise AssertionError(f"condition not met within {timeout}s{seen}") from None
+
+
+class Replica:
+    """One worker replica: its own API client for its leases (``lease_client``, which a test may
+    cut off) and another for its work (``work_client``, which keeps working: a zombie)."""
+
+    def __init__(self, kube_api: KubeApi, group: str, replica_id: str, namespace: str, *, timing: LeaseTiming = TIMING, work: Callable[[Replica], Awaitable[None]] | None = None) -> None:
+        self.kube_api = kube_api
+        self.group = group
+        self.id = replica_id
+        self.namespace = namespace
+        self.timing = timing
+        self.work = work
+        self.shards: KubeShardOwnership | None = None
+        self.lease_client: KubeClient | None = None
+        self.work_client: KubeClient | None = None
+        self.scope = anyio.CancelScope()
+        self.alive = True
+        self.changes: list[Any] = []
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        with self.scope:
+            lease_client = await KubeClient.from_kubeconfig(self.kube_api.kubeconfig, request_timeout=5)
+            work_client = await KubeClient.from_kubeconfig(self.kube_api.kubeconfig, request_timeout=5)
+            async with lease_client, work_client:
+                self.lease_client, self.work_client = lease_client, work_client
+                async with KubeShardOwnership.join(
+                    lease_client, self.group, replica_id=self.id, shards=SHARDS, namespace=self.namespace, timing=self.timing, on_change=self.changes.append
+                ) as shards:
+                    self.shards = shards
+                    await shards.wait_ready()
+                    task_status.started()
+                    if self.work is not None:
+                        await self.work(self)
+                    await anyio.sleep_forever()
+
+    def owned(self) -> frozenset[int]:
+        return self.shards.owned_shards() if (self.shards is not None and self.alive) else frozenset()
+
+    def crash(self) -> None:
+        """Die without releasing anything."""
+        assert self.shards is not None
+        self.shards.abandon()
+        self.alive = False
+        self.scope.cancel()
+
+    def stop(self) -> None:
+        """A clean shutdown: leases released, member lease deleted."""
+        self.alive = False
+        self.scope.cancel()
+
+    async def cut_off(self) -> None:
+        """The lease client loses the API server; the replica's code (and work client) keep running."""
+        assert self.lease_client is not None
+        await self.lease_client.close()
+
+
+def coverage(replicas: list[Replica]) -> tuple[set[int], list[int]]:
+    owned = [r.owned() for r in replicas]
+    return set().union(*owned), sorted(len(o) for o in owned)
+
+
+def balanced(replicas: list[Replica]) -> bool:
+    covered, sizes = coverage(replicas)
+    return covered == set(range(SHARDS)) and sum(sizes) == SHARDS and max(sizes) <= -(-SHARDS // len(replicas))
+
+
+def group_name() -> str:
+    return f"g-{secrets.token_hex(3)}"
+
+
+async def holders(reader: ApiReader, namespace: str, group: str) -> dict[str, Any]:
+    listed = await reader.list(LEASES, namespace=namespace, label_selector=f"{GROUP_LABEL}={group}")
+    return {lease.metadata.name: lease.spec for lease in listed.items}
+
+
+# --- pure ----------------------------------------------------------------------------------------
+
+
+def test_timing_arithmetic_stops_acting_before_anyone_can_acquire() -> None:
+    t = LeaseTiming()
+    assert (t.duration, t.period, t.timeout, t.validity) == (15.0, 5.0, 3.0, 10.5)
+    # A write sent just before the local deadline and applied within the request timeout lands
+    # before a peer can have seen the last renewal unchanged for a full duration.
+    assert t.validity + t.timeout < t.duration
+    assert t.validity > 2 * t.retry_period  # a failed renewal is retried before the lease lapses
+    assert t.handover_bound == 20.0
+    assert TIMING.validity + TIMING.timeout < TIMING.duration
+    assert LeaseTiming(duration=1.5).duration_seconds == 2  # never shorter than the real duration
+    with pytest.raises(ValueError, match="no room to renew"):
+        LeaseTiming(duration=10, request_timeout=8)
+    with pytest.raises(ValueError):
+        LeaseTiming(duration=0)
+
+
+def test_lease_names_are_valid_kubernetes_names() -> None:
+    assert shard_lease_name("runner-set", 7) == "runnerscale-runner-set-shard-7"
+    assert member_lease_name("runner-set", "runner-set-7d9f-abc") == "runnerscale-runner-set-member-runner-set-7d9f-abc"
+    odd = member_lease_name("Runner_Set", "Pod.Name_" + "x" * 300)
+    assert len(odd) <= 253 and odd == odd.lower() and "_" not in odd
+    assert member_lease_name("g", "a_b") != member_lease_name("g", "a-b")  # sanitised names stay distinct
+    assert default_lease_namespace({"POD_NAMESPACE": "arc-system"}) == "arc-system"
+    assert default_lease_namespace({}) == "runnerscale-system"
+
+
+# --- against the API -----------------------------------------------------------------------------
+
+
+async def test_two_then_three_replicas_split_shards_disjointly(kube_api: KubeApi, namespace: str, reader: ApiReader) -> None:
+    group = group_name()
+    replicas = [Replica(kube_api, group, f"pod-{i}", namespace) for i in range(3)]
+    monitor = OwnershipMonitor({r.id: r.owned for r in replicas})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        for r in replicas[:2]:
+            await tg.start(r.run)
+        await wait_for(lambda: coverage(replicas[:2]) == (set(range(SHARDS)), [8, 8]), describe=lambda: coverage(replicas[:2]))
+        await tg.start(replicas[2].run)
+        await wait_for(lambda: balanced(replicas), describe=lambda: coverage(replicas))
+        # The Lease objects say the same thing (what `kubectl get leases -n <ns>` shows).
+        specs = await holders(reader, namespace, group)
+        tg.cancel_scope.cancel()
+    assert monitor.samples > 100
+    assert monitor.violations == []
+    shard_specs = {name: spec for name, spec in specs.items() if "-shard-" in name}
+    assert sorted(shard_specs) == sorted(shard_lease_name(group, s) for s in range(SHARDS))
+    by_holder: dict[str, int] = {}
+    for spec in shard_specs.values():
+        assert spec.lease_duration_seconds == 2 and spec.acquire_time and spec.renew_time
+        by_holder[spec.holder_identity.rsplit("_", 1)[0]] = by_holder.get(spec.holder_identity.rsplit("_", 1)[0], 0) + 1
+    assert sorted(by_holder.values()) in ([5, 5, 6], [4, 6, 6])
+    assert {name for name in specs if "-member-" in name} == {member_lease_name(group, r.id) for r in replicas}
+
+
+async def test_a_crashed_replicas_shards_move_within_the_bound(kube_api: KubeApi, namespace: str, reader: ApiReader) -> None:
+    group = group_name()
+    replicas = [Replica(kube_api, group, f"pod-{i}", namespace) for i in range(3)]
+    monitor = OwnershipMonitor({r.id: r.owned for r in replicas})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        for r in replicas:
+            await tg.start(r.run)
+        await wait_for(lambda: balanced(replicas), describe=lambda: coverage(replicas))
+        victim = max(replicas, key=lambda r: len(r.owned()))
+        orphaned = victim.owned()
+        survivors = [r for r in replicas if r is not victim]
+        crashed_at = time.monotonic()
+        victim.crash()
+        await wait_for(
+            lambda: coverage(survivors) == (set(range(SHARDS)), [8, 8]),
+            timeout=handover_bound() + 10,
+            describe=lambda: (coverage(survivors), [r.shards.members for r in survivors]),
+        )
+        moved_after = time.monotonic() - crashed_at
+        specs = await holders(reader, namespace, group)
+        tg.cancel_scope.cancel()
+    print(f"shards moved {moved_after:.2f}s after the crash (bound {handover_bound():.2f}s)")
+    assert orphaned
+    assert moved_after <= handover_bound(), moved_after
+    # Not before the victim's leases could have expired: at least its validity after its last renewal.
+    assert moved_after >= TIMING.duration - TIMING.period
+    assert monitor.violations == []
+    taken = [specs[shard_lease_name(group, s)] for s in orphaned]
+    assert all(spec.lease_transitions >= 1 and not spec.holder_identity.startswith(victim.id + "_") for spec in taken)
+
+
+async def test_a_clean_shutdown_hands_shards_over_at_once(kube_api: KubeApi, namespace: str, reader: ApiReader) -> None:
+    timing = LeaseTiming(duration=6.0)  # an expiry-based hand-over could not beat this
+    group = group_name()
+    replicas = [Replica(kube_api, group, f"pod-{i}", namespace, timing=timing) for i in range(2)]
+    monitor = OwnershipMonitor({r.id: r.owned for r in replicas})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        for r in replicas:
+            await tg.start(r.run)
+        await wait_for(lambda: coverage(replicas) == (set(range(SHARDS)), [8, 8]), timeout=20, describe=lambda: coverage(replicas))
+        leaving, staying = replicas
+        given_back = leaving.owned()
+        stopped_at = time.monotonic()
+        leaving.stop()
+        await wait_for(lambda: len(staying.owned()) == SHARDS, timeout=timing.duration, describe=lambda: (staying.owned(), staying.shards.members))
+        took = time.monotonic() - stopped_at
+        specs = await holders(reader, namespace, group)
+        tg.cancel_scope.cancel()
+    print(f"clean hand-over took {took:.2f}s (renew period {timing.period:.2f}s, duration {timing.duration:.1f}s)")
+    assert took < timing.period + SLACK < timing.duration, took
+    assert monitor.violations == []
+    assert member_lease_name(group, leaving.id) not in specs  # the member lease was deleted
+    assert all(specs[shard_lease_name(group, s)].lease_transitions >= 1 for s in given_back)
+
+
+async def test_held_check_and_change_callbacks_follow_ownership(kube_api: KubeApi, namespace: str) -> None:
+    group = group_name()
+    solo = Replica(kube_api, group, "solo", namespace)
+    other = Replica(kube_api, group, "other", namespace)
+    async with anyio.create_task_group() as tg:
+        await tg.start(solo.run)
+        shards = solo.shards
+        assert shards is not None
+        await wait_for(lambda: len(shards.owned_shards()) == SHARDS)
+        key = "ns/runner-1"
+        async with shards.held(key):
+            shards.check(key)
+        assert shards.shard_of(key) == shards.shard_of(key) and 0 <= shards.shard_of(key) < SHARDS
+        await tg.start(other.run)
+        await wait_for(lambda: len(shards.owned_shards()) == SHARDS // 2 and len(other.owned()) == SHARDS // 2, describe=lambda: coverage([solo, other]))
+        assert shards.members == 2
+        not_mine = next(f"ns/r-{i}" for i in range(1000) if not shards.owns(f"ns/r-{i}"))
+        with pytest.raises(NotOwner, match=not_mine):
+            async with shards.held(not_mine):
+                raise AssertionError("the block must not run")
+        with pytest.raises(NotOwner):
+            shards.check(not_mine)
+        other.stop()
+        await wait_for(lambda: len(shards.owned_shards()) == SHARDS)
+        # The callback runs at the end of the round that changed the shards.
+        await wait_for(lambda: sum(len(c.gained) for c in solo.changes) == SHARDS + SHARDS // 2, describe=lambda: solo.changes)
+        tg.cancel_scope.cancel()
+    gained = [s for c in solo.changes for s in c.gained]
+    lost = [s for c in solo.changes for s in c.lost]
+    assert len(lost) == SHARDS // 2  # handed to "other" when it joined...
+    assert len(gained) == SHARDS + SHARDS // 2  # ...and taken back when it left
+
+
+async def test_a_replica_cut_off_from_the_api_stops_acting_before_another_starts(kube_api: KubeApi, namespace: str) -> None:
+    """The lease client of ``a`` loses the API server while its code keeps running (a zombie
+    whose renewals fail): its ``held`` blocks end before ``b`` acquires and starts any."""
+    group = group_name()
+    a, b = Replica(kube_api, group, "a", namespace), Replica(kube_api, group, "b", namespace)
+    key = "ns/the-key"
+    events: list[tuple[str, str, float]] = []
+
+    async def session(replica: Replica) -> None:
+        shards = replica.shards
+        assert shards is not None
+        while True:
+            if shards.owns(key):
+                try:
+                    async with shards.held(key):
+                        events.append((replica.id, "start", time.monotonic()))
+                        try:
+                            await anyio.sleep_forever()
+                        finally:
+                            events.append((replica.id, "stop", time.monotonic()))
+                except NotOwner:
+                    pass
+            await anyio.sleep(0.005)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(a.run)
+        await wait_for(lambda: len(a.owned()) == SHARDS)
+        await tg.start(b.run)
+        # b joins; a hands half over. Wait until the key's shard sits with a, then start sessions.
+        await wait_for(lambda: len(a.owned()) == SHARDS // 2 and len(b.owned()) == SHARDS // 2, describe=lambda: coverage([a, b]))
+        if not a.shards.owns(key):
+            a, b = b, a
+        tg.start_soon(session, a)
+        tg.start_soon(session, b)
+        await wait_for(lambda: events)
+        cut_at = time.monotonic()
+        await a.cut_off()
+        await wait_for(lambda: any(e[0] == b.id and e[1] == "start" for e in events), timeout=handover_bound() + 10, describe=lambda: events)
+        tg.cancel_scope.cancel()
+    a_stop = next(t for rid, what, t in events if rid == a.id and what == "stop")
+    b_start = next(t for rid, what, t in events if rid == b.id and what == "start")
+    assert a_stop - cut_at <= TIMING.validity + 0.1
+    assert b_start - a_stop >= TIMING.duration - TIMING.validity - 0.1  # the fencing margin, at least
+    assert a_stop < b_start
+
+
+async def test_racing_replicas_never_create_an_object_twice_when_one_dies_mid_flight(kube_api: KubeApi, namespace: str, reader: ApiReader) -> None:
+    """Three replicas create one Secret per key with a deterministic name, each after an
+    authoritative GET under ``held``; one crashes mid-flight and one is cut off from the API for
+    its leases while it keeps writing with another client. A second owner would get
+    AlreadyExists: it must never happen, and every key has exactly one successful creator."""
+    group = group_name()
+    keys = [f"{namespace}/obj-{i}" for i in range(48)]
+    created: dict[str, list[str]] = {}
+    already_exists: list[tuple[str, str]] = []
+    in_flight: dict[str, set[str]] = {}
+    refused: list[str] = []
+    go = anyio.Event()  # all replicas start racing together, once the shards are split
+
+    async def worker(replica: Replica) -> None:
+        shards, kube = replica.shards, replica.work_client
+        assert shards is not None and kube is not None
+        r, w = ApiReader(kube), ApiWriter(kube)
+        await go.wait()
+        while True:
+            for key in keys:
+                if not shards.owns(key):
+                    continue
+                obj = ObjectKey.parse(key)
+                try:
+                    async with shards.held(key):
+                        if await r.get_or_none(SECRETS, obj) is not None:
+                            continue
+                        in_flight.setdefault(replica.id, set()).add(key)
+                        await anyio.sleep(0.05)  # slow decision: the window a crash or a lapse can hit
+                        shards.check(key)  # right before the write
+                        body = {"metadata": {"name": obj.name, "labels": {"race": group, "creator": replica.id}}, "stringData": {"k": key}}
+                        try:
+                            await w.create(SECRETS, body, namespace=obj.namespace)
+                        except AlreadyExists:
+                            already_exists.append((key, replica.id))
+                        else:
+                            created.setdefault(key, []).append(replica.id)
+                except NotOwner:
+                    refused.append(replica.id)
+                except KubeError:
+                    pass  # retried on the next pass
+                finally:
+                    in_flight.get(replica.id, set()).discard(key)
+            await anyio.sleep(0.01)
+
+    async def server_objects() -> int:
+        return len((await reader.list(SECRETS, namespace=namespace, label_selector=f"race={group}")).items)
+
+    replicas = [Replica(kube_api, group, f"pod-{i}", namespace, work=worker) for i in range(3)]
+    monitor = OwnershipMonitor({r.id: r.owned for r in replicas})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        for r in replicas:
+            await tg.start(r.run)
+        await wait_for(lambda: balanced(replicas), describe=lambda: coverage(replicas))
+        go.set()
+        crasher, zombie, survivor = replicas
+        await wait_for(lambda: in_flight.get(crasher.id) and in_flight.get(zombie.id), timeout=10, describe=lambda: (in_flight, len(created)))
+        crashed_at = time.monotonic()
+        crasher.crash()  # cancelled mid-flight, leases not released
+        await zombie.cut_off()  # its worker keeps running and writing; its renewals fail
+        with anyio.fail_after(handover_bound() * 2 + 15):
+            while await server_objects() < len(keys):
+                await anyio.sleep(0.05)
+        finished_after = time.monotonic() - crashed_at
+        tg.cancel_scope.cancel()
+    print(f"race: all keys created {finished_after:.2f}s after the crash; refusals={len(refused)}")
+    assert already_exists == []
+    assert {k: v for k, v in created.items() if len(v) > 1} == {}
+    assert monitor.violations == []
+    assert survivor.id in {c for v in created.values() for c in v}
+    assert finished_after >= TIMING.validity  # the crasher's and zombie's keys waited for expiry
+
+
+async def test_lease_faults_never_cause_double_ownership(kube_api: KubeApi, namespace: str, control: Any) -> None:
+    """409s, 500s, slow answers and answers slower than the request deadline on the lease API:
+    shards may lapse and move, but the monitor never sees a shard held twice, and the replicas
+    settle once the faults are spent."""
+    group = group_name()
+    replicas = [Replica(kube_api, group, f"pod-{i}", namespace) for i in range(3)]
+    monitor = OwnershipMonitor({r.id: r.owned for r in replicas})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        for r in replicas:
+            await tg.start(r.run)
+        await wait_for(lambda: balanced(replicas), describe=lambda: coverage(replicas))
+        scope = dict(resource="leases", namespace=namespace)
+        rules = [
+            control.add_fault(action="error", code=409, verb="patch", times=25, **scope),
+            control.add_fault(action="error", code=500, verb="patch", times=25, **scope),
+            control.add_fault(action="error", code=500, verb="list", times=5, **scope),
+            control.add_fault(action="latency", delay_seconds=0.25, verb="patch", times=40, **scope),
+            control.add_fault(action="latency", delay_seconds=0.7, verb="patch", times=8, **scope),  # beyond the 0.4 s deadline
+        ]
+        # Re-reads after a 409 fail too, while they happen (this rule may not be spent: it is cleared below).
+        control.add_fault(action="error", code=503, verb="get", times=5, **scope)
+        await wait_for(lambda: not {f.id for f in control.faults()} & set(rules), timeout=60, describe=control.faults)
+        control.clear_faults()
+        await wait_for(lambda: balanced(replicas), timeout=handover_bound() + 10, describe=lambda: coverage(replicas))
+        tg.cancel_scope.cancel()
+    assert monitor.samples > 100
+    assert monitor.violations == []
+
+
+async def test_the_lease_namespace_is_created_when_missing(kube_api: KubeApi, reader: ApiReader, writer: ApiWriter) -> None:
+    lease_ns = f"t-leases-{secrets.token_hex(3)}"
+    assert await reader.get_or_none(NAMESPACES, ObjectKey("", lease_ns)) is None
+    group = group_name()
+    try:
+        r = Replica(kube_api, group, "pod-0", lease_ns)
+        async with anyio.create_task_group() as tg:
+            await tg.start(r.run)
+            await wait_for(lambda: len(r.owned()) == SHARDS)
+            tg.cancel_scope.cancel()
+        specs = await holders(reader, lease_ns, group)
+        assert len([n for n in specs if "-shard-" in n]) == SHARDS
+        assert all(not spec.holder_identity for spec in specs.values())  # released on a clean stop
+    finally:
+        await writer.delete(NAMESPACES, ObjectKey("", lease_ns), missing_ok=True)
+
+
+async def test_ownership_survives_a_nats_outage(kube_api: KubeApi, namespace: str, nats_server: Any) -> None:
+    """THE point of Kubernetes Leases: with nats-server stopped, NATS KV ownership drops (shown for
+    contrast) while Kubernetes-lease ownership stays put and keeps renewing."""
+    group = group_name()
+    bus_settings = BusSettings(nats_urls=(nats_server.url,), lease_ttl=1.0, shards=SHARDS, connect_timeout=2.0, request_timeout=1.0, reconnect_wait=0.2)
+    replicas = [Replica(kube_api, group, f"pod-{i}", namespace) for i in range(2)]
+    changed: list[tuple[str, frozenset[int], frozenset[int]]] = []
+
+    async def stability(baseline: dict[str, frozenset[int]]) -> None:
+        while True:
+            for r in replicas:
+                now = r.owned()
+                if now != baseline[r.id]:
+                    changed.append((r.id, baseline[r.id], now))
+            await anyio.sleep(0.002)
+
+    async with Bus.connect(bus_settings) as bus, ShardOwnership.join(bus, group, replica_id="nats-replica") as nats_shards:
+        async with anyio.create_task_group() as tg:
+            for r in replicas:
+                await tg.start(r.run)
+            await wait_for(lambda: coverage(replicas) == (set(range(SHARDS)), [8, 8]), describe=lambda: coverage(replicas))
+            await wait_for(lambda: len(nats_shards.owned_shards()) == SHARDS)
+            baseline = {r.id: r.owned() for r in replicas}
+            tg.start_soon(stability, baseline)
+            stopped_at = anyio.current_time()
+            await anyio.to_thread.run_sync(nats_server.stop)
+            # The outage is real: the NATS-KV ownership gives everything up...
+            await wait_for(lambda: not nats_shards.owned_shards(), timeout=10)
+            # ...while the Kubernetes leases are renewed well past what they were valid for at the
+            # start of the outage, and owns() stays true for every key of a replica's shards.
+            def renewed_after_outage() -> bool:
+                return all(lease.valid_until > stopped_at + 2 * TIMING.duration for r in replicas for lease in r.shards._held.values())
+
+            await wait_for(renewed_after_outage, timeout=4 * TIMING.duration + 5)
+            for r in replicas:
+                keys = [f"ns/k-{i}" for i in range(200)]
+                assert all(r.shards.owns(k) == (r.shards.shard_of(k) in baseline[r.id]) for k in keys)
+            await anyio.to_thread.run_sync(nats_server.start)
+            await wait_for(lambda: len(nats_shards.owned_shards()) == SHARDS, timeout=20)
+            tg.cancel_scope.cancel()
+    assert changed == []
+
+
+async def test_kubectl_get_leases_shows_the_holders(kube_api: KubeApi, namespace: str) -> None:
+    """The inspection command of docs/leases.md works and names each shard's holder."""
+    import shutil
+    import subprocess
+
+    kubectl = shutil.which("kubectl") or "/usr/bin/kubectl"
+    group = group_name()
+    r = Replica(kube_api, group, "pod-0", namespace)
+    async with anyio.create_task_group() as tg:
+        await tg.start(r.run)
+        await wait_for(lambda: len(r.owned()) == SHARDS)
+        argv = [kubectl, "--kubeconfig", str(kube_api.kubeconfig), "get", "leases", "-n", namespace, "-l", f"{GROUP_LABEL}={group}"]
+        out = await anyio.to_thread.run_sync(lambda: subprocess.run(argv, capture_output=True, text=True, timeout=30))
+        tg.cancel_scope.cancel()
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split()[:2] == ["NAME", "HOLDER"]
+    rows = {line.split()[0]: line.split()[1] for line in lines[1:]}
+    assert set(rows) == {shard_lease_name(group, s) for s in range(SHARDS)} | {member_lease_name(group, "pod-0")}
+    assert all(holder.startswith("pod-0_") for holder in rows.values())
+
+
+async def test_an_error_in_the_block_propagates_as_itself_and_leases_are_released(kube_api: KubeApi, namespace: str, reader: ApiReader) -> None:
+    group = group_name()
+    async with await KubeClient.from_kubeconfig(kube_api.kubeconfig) as client:
+        with pytest.raises(LookupError, match="boom"):
+            async with KubeShardOwnership.join(client, group, replica_id="solo", shards=4, namespace=namespace, timing=TIMING) as shards:
+                await wait_for(lambda: len(shards.owned_shards()) == 4)
+                raise LookupError("boom")
+        assert shards.owned_shards() == frozenset() and not shards.owns("ns/x")
+    specs = await holders(reader, namespace, group)
+    assert sorted(specs) == sorted(shard_lease_name(group, s) for s in range(4))  # member lease deleted
+    assert all(not spec.holder_identity for spec in specs.values())
