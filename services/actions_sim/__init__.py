@@ -1,1 +1,1 @@
-"""A local, stateful simulator of GitHub's Actions runner scale set service (see docs/actions-sim.md)."""
+"""A local, stateful simulator of GitHub's Actions runner scale set service (see README "Actions service simulator")."""

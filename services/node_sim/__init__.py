@@ -1,6 +1,6 @@
 """The node simulator (``runnerscale node-sim``): scheduler + kubelet for the API emulator.
 
-Public API: ``services.node_sim.node.NodeSim`` / ``NodeSimConfig`` (see docs/node-sim.md).
+Public API: ``services.node_sim.node.NodeSim`` / ``NodeSimConfig`` (see README "Node simulator").
 Kept import-free so that ``python -m services.node_sim.launch`` (the exec shim every process pod
 goes through) starts fast.
 """

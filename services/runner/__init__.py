@@ -1,6 +1,6 @@
 """The ``runner`` worker: reconciles EphemeralRunners (JIT config Secret, runner pod, status).
 
-See docs/runner.md. Pure decisions live in :mod:`services.runner.build`,
+See README "runner worker". Pure decisions live in :mod:`services.runner.build`,
 :mod:`services.runner.decide` and :mod:`services.runner.jobs`; the async shell is
 :mod:`services.runner.reconciler` and :mod:`services.runner.worker`.
 """

@@ -1,1 +1,1 @@
-"""The runner-set worker: reconciles EphemeralRunnerSets (see docs/runner-set.md)."""
+"""The runner-set worker: reconciles EphemeralRunnerSets (see README "runner-set worker")."""

@@ -1,4 +1,4 @@
-"""``runnerscale runner-set [worker flags] [runner-set flags]``: reconcile EphemeralRunnerSets (docs/runner-set.md)."""
+"""``runnerscale runner-set [worker flags] [runner-set flags]``: reconcile EphemeralRunnerSets (README "runner-set worker")."""
 
 from __future__ import annotations
 

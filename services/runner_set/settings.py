@@ -1,4 +1,4 @@
-"""Flags and environment of the runner-set worker beyond the common worker flags (docs/runner-set.md).
+"""Flags and environment of the runner-set worker beyond the common worker flags (README "runner-set worker").
 
 Defaults < environment < flags; a bad value raises :class:`shared.worker.SettingsError` naming the
 environment variable and the flag (``main`` exits 2).

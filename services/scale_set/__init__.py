@@ -1,4 +1,4 @@
-"""The scale-set worker: reconciles AutoscalingRunnerSets (docs/scale-set.md).
+"""The scale-set worker: reconciles AutoscalingRunnerSets (README "scale-set worker").
 
 Pure decisions live in :mod:`services.scale_set.names`, :mod:`services.scale_set.build` and
 :mod:`services.scale_set.decide`; :mod:`services.scale_set.reconciler` is the async shell that

@@ -7,7 +7,7 @@
         async with await MessageSessionClient.create(client, scale_set.id) as session:
             message = await session.get_message(last_message_id=0, max_capacity=10)
 
-See docs/actions-client.md.
+See README "Actions service client".
 """
 
 from __future__ import annotations

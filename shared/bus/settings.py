@@ -25,7 +25,7 @@ class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
     """How to reach NATS and how the bus's streams, buckets and leases are sized.
 
     Durations are seconds. The defaults give a shard hand-over bound of about
-    ``lease_ttl + renew_interval`` = 12.5 s after a replica dies (see docs/bus.md).
+    ``lease_ttl + renew_interval`` = 12.5 s after a replica dies (see README "The bus (NATS JetStream)").
     """
 
     nats_urls: tuple[str, ...] = ("nats://127.0.0.1:4222",)

@@ -1,4 +1,4 @@
-"""Kubernetes access layer and controller runtime (see docs/kube.md).
+"""Kubernetes access layer and controller runtime (see README "Kubernetes access layer").
 
     async with await KubeClient.connect(kubeconfig) as kube:
         reader, writer = ApiReader(kube), ApiWriter(kube)

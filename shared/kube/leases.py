@@ -3,7 +3,7 @@
 Why here and not in NATS KV: the writes a shard lease protects go to the Kubernetes API server,
 so the lease lives there too. A NATS outage then changes nothing about who owns what (workers keep
 reconciling from Kubernetes, issue 5), and a replica cut off from the API server loses its leases
-at the same moment it loses the ability to write. See docs/leases.md.
+at the same moment it loses the ability to write. See README "Shard ownership leases".
 
 Objects, in ``namespace`` (default ``$POD_NAMESPACE``, else ``runnerscale-system``):
 

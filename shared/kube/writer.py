@@ -145,7 +145,7 @@ class ApiWriter:
         (refused otherwise), so a replace is always conditional: :class:`Conflict` when stale.
 
         Prefer :meth:`patch_merge`: a struct decoded by an older worker lacks fields a newer one
-        added, and a PUT of it would remove them (docs/api.md). Use a JSON tree read as a whole.
+        added, and a PUT of it would remove them (README "API types, CRDs and semantic comparison"). Use a JSON tree read as a whole.
         """
         tree = to_dict(obj) if not isinstance(obj, Mapping) else copy.deepcopy(dict(obj))
         meta = tree.get("metadata") if isinstance(tree.get("metadata"), dict) else {}

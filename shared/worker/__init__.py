@@ -1,4 +1,4 @@
-"""The common worker runtime (see docs/worker.md).
+"""The common worker runtime (see README "Worker runtime").
 
     from shared.worker import WorkerContext, running_worker, worker_main
 """

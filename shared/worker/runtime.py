@@ -83,7 +83,7 @@ def shard_group(name: str, settings: WorkerSettings) -> str:
 
 
 def join_shards(settings: WorkerSettings, kube: KubeClient, bus: Bus, name: str, on_change: ShardCallback) -> Any:
-    """Shard ownership as configured: Kubernetes Leases (default, docs/leases.md) or NATS KV."""
+    """Shard ownership as configured: Kubernetes Leases (default, README "Shard ownership leases") or NATS KV."""
     if settings.ownership == "nats":
         return ShardOwnership.join(bus, name, replica_id=settings.replica_id, on_change=on_change)
     return KubeShardOwnership.join(

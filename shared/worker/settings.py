@@ -21,7 +21,7 @@ from shared.bus.errors import SettingsError
 from shared.bus.settings import BusSettings, add_bus_arguments, load_settings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-OWNERSHIPS = ("kube", "nats")  # where shard leases live (docs/leases.md)
+OWNERSHIPS = ("kube", "nats")  # where shard leases live (README "Shard ownership leases")
 
 
 def default_replica_id(environ: Mapping[str, str] | None = None) -> str:

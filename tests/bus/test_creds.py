@@ -2,7 +2,7 @@
 
 A ``.creds`` file holds a user JWT and its NKey seed: it only works against a server in operator
 (decentralised JWT) mode, and nats-py needs the optional ``nkeys`` package to sign the server's
-nonce with the seed (docs/bus.md, "Settings"). Without that package the first connect used to die
+nonce with the seed (README "The bus (NATS JetStream)", "Settings"). Without that package the first connect used to die
 with a ``ModuleNotFoundError`` traceback; it is now a settings error naming the setting, before
 any network traffic. ``nkeys`` is masked here so the test means the same wherever it runs.
 """

@@ -30,7 +30,7 @@ KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 RUNNERSCALE = str(Path(sys.executable).parent / "runnerscale")
 NAMESPACE = "runnerscale-system"
 WORKERS = ("scale-set", "runner-set", "runner", "listener-pod")
-INSTALL_DIRS = (MANIFESTS, NATS)  # what docs/deploy.md installs into runnerscale-system
+INSTALL_DIRS = (MANIFESTS, NATS)  # what README "Deploying to a cluster" installs into runnerscale-system
 
 
 @dataclass(frozen=True)

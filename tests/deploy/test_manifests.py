@@ -213,7 +213,7 @@ def test_worker_deployment_conventions(worker: str) -> None:
     assert {"cpu", "memory"} <= set(container["resources"]["requests"]) and {"cpu", "memory"} <= set(container["resources"]["limits"])
 
     env = {e["name"]: e for e in container["env"]}
-    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"  # replica id (docs/worker.md)
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"  # replica id (README "Worker runtime")
 
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     args = dict(a.split("=", 1) for a in container["args"][1:] if a.startswith("--") and "=" in a)

@@ -479,7 +479,7 @@ async def test_ownership_survives_a_nats_outage(kube_api: KubeApi, namespace: st
 
 
 async def test_kubectl_get_leases_shows_the_holders(kube_api: KubeApi, namespace: str) -> None:
-    """The inspection command of docs/leases.md works and names each shard's holder."""
+    """The inspection command of README "Shard ownership leases" works and names each shard's holder."""
     import shutil
     import subprocess
 

@@ -1,4 +1,4 @@
-"""The listener benchmark still runs (quick sizes); its figures are in docs/listener.md."""
+"""The listener benchmark still runs (quick sizes); its figures are in README "Listener"."""
 
 from __future__ import annotations
 
