@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import socket
-import subprocess
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
@@ -20,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.fixtures.nats import NatsServer, nats_server_binary
+from tests.fixtures.nats import NatsServer
 
 
 @dataclass(frozen=True)
@@ -121,33 +118,11 @@ def make_tls_files(directory: Path) -> TlsFiles:
 class SecureNatsServer(NatsServer):
     """``NatsServer`` started with extra arguments; ``url`` uses ``tls://`` when TLS is on."""
 
-    extra_args: list[str] = field(default_factory=list)
     tls: bool = False
 
     @property
     def url(self) -> str:
         return f"{'tls' if self.tls else 'nats'}://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 15.0) -> None:
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.store_dir.parent / f"nats-server-{self.port}.log"  # for a start-up failure
-        with log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir), *self.extra_args],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                err = log_path.read_text(errors="replace")
-                raise RuntimeError(f"nats-server exited with {self.proc.returncode}: {err[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)  # polling a port with a deadline, not synchronisation by sleep
-        raise RuntimeError("nats-server did not start listening in time")
 
 
 def tls_args(files: TlsFiles, *, verify_clients: bool = False) -> list[str]:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 
 import msgspec
 import pytest
 
 from shared.bus import Bus, BusSettings, BusUnavailable
-from tests.fixtures.nats import _free_port, nats_server_binary
+from tests.fixtures.nats import NatsServer, _free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -20,26 +17,12 @@ TOKEN = "t0ken-abcdef-123"
 
 
 def _serve(args: list[str], tmp_path) -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js"), *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = NatsServer(port=_free_port(), store_dir=tmp_path / "js", extra_args=args)
+    server.start()
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("nats-server did not start") from None
-                time.sleep(0.05)  # polling a port with a deadline
-        yield f"nats://127.0.0.1:{port}"
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        server.stop()
 
 
 @pytest.fixture

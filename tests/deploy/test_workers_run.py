@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -20,7 +19,7 @@ import pytest
 
 from tests.deploy.conftest import NATS, RUNNERSCALE, WORKERS, deployment_of, find, load_docs
 from tests.deploy.test_flags import container_env
-from tests.fixtures.nats import _free_port, nats_server_binary
+from tests.fixtures.nats import NatsServer, _free_port
 
 pytestmark = pytest.mark.slow
 
@@ -29,27 +28,12 @@ TOKEN = find(load_docs(NATS), "Secret", "runnerscale-nats-auth").obj["stringData
 
 @pytest.fixture(scope="module")
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    store = tmp_path_factory.mktemp("js")
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store), "--auth", TOKEN],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = NatsServer(port=_free_port(), store_dir=tmp_path_factory.mktemp("nats") / "js", extra_args=["--auth", TOKEN])
+    server.start()
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("nats-server did not start") from None
-                time.sleep(0.05)  # polling a port with a deadline
-        yield f"nats://127.0.0.1:{port}"
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        server.stop()
 
 
 def _get(url: str) -> tuple[int, str]:
