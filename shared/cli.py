@@ -13,14 +13,29 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "version": ("shared.cli:_version", "print the runnerscale version"),
     "crds": ("shared.crds:cli_main", "print the CRD YAML of deploy/crds/"),
-    "demo": ("services.demo.__main__:main", "run the embedded default: everything local, a demo workload scaling runners"),
-    "apiserver": ("services.apiserver.__main__:main", "run the Kubernetes API emulator"),
-    "actions-sim": ("services.actions_sim.__main__:main", "run the GitHub Actions service simulator"),
+    "demo": (
+        "services.embedded.demo.__main__:main",
+        "run the embedded default: everything local, a demo workload scaling runners",
+    ),
+    "apiserver": ("services.embedded.apiserver.__main__:main", "run the Kubernetes API emulator"),
+    "actions-sim": ("services.embedded.actions_sim.__main__:main", "run the GitHub Actions service simulator"),
     "listener": ("services.listener.__main__:main", "run the scale-set listener (one Actions message session)"),
-    "listener-pod": ("services.listener_pod.worker:main", "run the listener-pod worker (AutoscalingListener: config secret, RBAC, listener pod)"),
-    "node-sim": ("services.node_sim.__main__:main", "run the node simulator (scheduler + kubelet for the API emulator)"),
-    "scale-set": ("services.scale_set.worker:main", "run the scale-set worker (AutoscalingRunnerSet: registration, runner set, listener)"),
-    "runner": ("services.runner.worker:main", "run the runner worker (EphemeralRunners: JIT secret, runner pod, status)"),
+    "listener-pod": (
+        "services.listener_pod.worker:main",
+        "run the listener-pod worker (AutoscalingListener: config secret, RBAC, listener pod)",
+    ),
+    "node-sim": (
+        "services.embedded.node_sim.__main__:main",
+        "run the node simulator (scheduler + kubelet for the API emulator)",
+    ),
+    "scale-set": (
+        "services.scale_set.worker:main",
+        "run the scale-set worker (AutoscalingRunnerSet: registration, runner set, listener)",
+    ),
+    "runner": (
+        "services.runner.worker:main",
+        "run the runner worker (EphemeralRunners: JIT secret, runner pod, status)",
+    ),
     "runner-set": ("services.runner_set.__main__:main", "run the runner-set worker (EphemeralRunnerSets)"),
     "bus": ("shared.bus.cli:main", "set up (streams, buckets) or inspect (status) the NATS bus"),
 }

@@ -76,7 +76,7 @@ class JsonFormatter(logging.Formatter):
 class StructLogger:
     """A thin keyword-argument front for a stdlib logger."""
 
-    __slots__ = ("_logger", "_bound")
+    __slots__ = ("_bound", "_logger")
 
     def __init__(self, logger: logging.Logger, bound: dict[str, Any] | None = None) -> None:
         self._logger = logger

@@ -101,7 +101,7 @@ def _equal(a: Any, b: Any, key: str | None, mode: int, trail: list[Any] | None) 
             if va is vb:
                 continue
             tva = type(va)
-            if tva is type(vb) and va == vb and (tva is not dict and tva is not list or _same_json(va, vb)):
+            if tva is type(vb) and va == vb and ((tva is not dict and tva is not list) or _same_json(va, vb)):
                 continue
             if not _equal(va, vb, k, _mode_for(mode, key, k), trail):
                 if trail is not None:
@@ -122,7 +122,7 @@ def _equal(a: Any, b: Any, key: str | None, mode: int, trail: list[Any] | None) 
             if va is vb:
                 continue
             tva = type(va)
-            if tva is type(vb) and va == vb and (tva is not dict and tva is not list or _same_json(va, vb)):
+            if tva is type(vb) and va == vb and ((tva is not dict and tva is not list) or _same_json(va, vb)):
                 continue
             if not _equal(va, vb, key, _PLAIN, trail):
                 if trail is not None:
@@ -148,7 +148,7 @@ def _derivative(desired: Any, live: Any, key: str | None, mode: int, trail: list
             if vd is vl:
                 continue
             tvd = type(vd)
-            if tvd is type(vl) and vd == vl and (tvd is not dict and tvd is not list or _same_json(vd, vl)):
+            if tvd is type(vl) and vd == vl and ((tvd is not dict and tvd is not list) or _same_json(vd, vl)):
                 continue
             if not _derivative(vd, vl, k, _mode_for(mode, key, k), trail):
                 if trail is not None:
@@ -165,7 +165,7 @@ def _derivative(desired: Any, live: Any, key: str | None, mode: int, trail: list
             if vd is vl:
                 continue
             tvd = type(vd)
-            if tvd is type(vl) and vd == vl and (tvd is not dict and tvd is not list or _same_json(vd, vl)):
+            if tvd is type(vl) and vd == vl and ((tvd is not dict and tvd is not list) or _same_json(vd, vl)):
                 continue
             if not _derivative(vd, vl, key, _PLAIN, trail):
                 if trail is not None:

@@ -13,8 +13,8 @@ import sys
 
 import anyio
 
-from services.listener.config import ConfigError, load_config
 from services.listener.session import ListenerGaveUp
+from shared.listener_config import ConfigError, load_config
 from shared.log import configure_logging, get_logger
 
 log = get_logger(__name__)
@@ -42,7 +42,11 @@ def main(argv: list[str]) -> int:
         return 2
     configure_logging("warning" if cfg.log_level.lower() == "warn" else cfg.log_level)
     # The Actions client takes its proxy from the environment (as ARC's listener does).
-    for key, value in (("http_proxy", cfg.proxy.http_proxy), ("https_proxy", cfg.proxy.https_proxy), ("no_proxy", cfg.proxy.no_proxy)):
+    for key, value in (
+        ("http_proxy", cfg.proxy.http_proxy),
+        ("https_proxy", cfg.proxy.https_proxy),
+        ("no_proxy", cfg.proxy.no_proxy),
+    ):
         if value:
             os.environ[key] = os.environ[key.upper()] = value
     from services.listener.service import run_listener
@@ -65,7 +69,7 @@ def main(argv: list[str]) -> int:
 
     try:
         anyio.run(_run)
-    except BaseException as exc:  # noqa: BLE001 - the process boundary: one log line, an exit code
+    except BaseException as exc:
         cause = _root_cause(exc)
         if isinstance(cause, KeyboardInterrupt):
             return 0

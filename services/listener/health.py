@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from services.listener.config import parse_listen_addr
 from services.listener.metrics import ListenerMetrics
+from shared.listener_config import parse_listen_addr
 
 
 class Role(str, enum.Enum):
@@ -72,7 +72,9 @@ def verdict(state: HealthState, *, now: float, staleness: float) -> Verdict:
     return Verdict(True, True, "ok")
 
 
-def build_app(*, state: HealthState, staleness: float, metrics: ListenerMetrics | None, metrics_path: str, health: bool) -> web.Application:
+def build_app(
+    *, state: HealthState, staleness: float, metrics: ListenerMetrics | None, metrics_path: str, health: bool
+) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
         v = verdict(state, now=time.monotonic(), staleness=staleness)
         return web.Response(status=200 if v.live else 503, text=v.reason if not v.live else "ok")

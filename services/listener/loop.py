@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import anyio
 
-from services.listener.config import ListenerConfig
 from services.listener.health import HealthState
 from services.listener.metrics import ListenerMetrics
 from services.listener.plan import MessagePlan, plan_message
@@ -40,6 +39,7 @@ from shared.actions.models import ScaleSetStatistics
 from shared.actions.session import MessageSessionClient
 from shared.bus import messages as bus
 from shared.bus.errors import BusError
+from shared.listener_config import ListenerConfig
 from shared.log import get_logger
 
 log = get_logger(__name__)
@@ -82,7 +82,9 @@ def bus_statistics(stats: ScaleSetStatistics) -> bus.JobStatistics:
     )
 
 
-def desired_state(ident: Identity, decision: DesiredDecision, stats: ScaleSetStatistics, epoch: int) -> bus.DesiredState:
+def desired_state(
+    ident: Identity, decision: DesiredDecision, stats: ScaleSetStatistics, epoch: int
+) -> bus.DesiredState:
     return bus.DesiredState(
         scale_set_id=ident.scale_set_id,
         ers=ident.ers,
@@ -115,7 +117,9 @@ def job_event(
     return bus.JobStarted(**common)
 
 
-def plan_effects(ident: Identity, plan: MessagePlan, epoch: int, scaler: ScalerState) -> tuple[list[bus.BusMessage], ScalerState, DesiredDecision]:
+def plan_effects(
+    ident: Identity, plan: MessagePlan, epoch: int, scaler: ScalerState
+) -> tuple[list[bus.BusMessage], ScalerState, DesiredDecision]:
     """Pure: the bus messages a planned service message turns into, and the next scaler state."""
     events: list[bus.BusMessage] = [job_event(ident, j, epoch) for j in (*plan.started, *plan.completed)]
     if plan.dirty:
@@ -185,7 +189,11 @@ class SessionLoop:
                 return
             except BusError as exc:
                 self.health.progressed()
-                log.warning("publishing to JetStream failed; retrying before acknowledging", error=str(exc), retry_in=round(delay, 1))
+                log.warning(
+                    "publishing to JetStream failed; retrying before acknowledging",
+                    error=str(exc),
+                    retry_in=round(delay, 1),
+                )
                 await anyio.sleep(delay)  # backoff between attempts, not synchronisation
                 delay = min(delay * 2, 30.0)
 
@@ -256,18 +264,34 @@ class SessionLoop:
         decision = await self.publish_desired(self.latest_statistics)
         await self.client.delete_message(exc.message_id)
         self.last_message_id = exc.message_id
-        log.info("acknowledged a rejected message", message_id=exc.message_id, replicas=decision.replicas, patch_id=decision.patch_id)
+        log.info(
+            "acknowledged a rejected message",
+            message_id=exc.message_id,
+            replicas=decision.replicas,
+            patch_id=decision.patch_id,
+        )
 
     async def handle(self, message: Message) -> None:
-        received_at = dt.datetime.now(dt.timezone.utc)
+        received_at = dt.datetime.now(dt.UTC)
         plan = plan_message(message, newest_seen_id=self.newest_message_id, latest_statistics=self.latest_statistics)
         if plan.stale:
-            log.info("older message than one already handled: its statistics are not used", message_id=message.message_id, newest_message_id=self.newest_message_id)
+            log.info(
+                "older message than one already handled: its statistics are not used",
+                message_id=message.message_id,
+                newest_message_id=self.newest_message_id,
+            )
         if message.skipped_types:
-            log.info("skipped job messages of unknown type", message_id=message.message_id, types=list(message.skipped_types))
+            log.info(
+                "skipped job messages of unknown type", message_id=message.message_id, types=list(message.skipped_types)
+            )
         if plan.acquire_request_ids:
             acquired = await self.client.acquire_jobs(list(plan.acquire_request_ids))
-            log.info("acquired jobs", message_id=message.message_id, requested=len(plan.acquire_request_ids), acquired=len(acquired))
+            log.info(
+                "acquired jobs",
+                message_id=message.message_id,
+                requested=len(plan.acquire_request_ids),
+                acquired=len(acquired),
+            )
         events, scaler, decision = plan_effects(self.ident, plan, self.epoch, self.scaler)
         await self._publish_durably(events)  # returns only once JetStream acknowledged every message
         self.scaler = scaler

@@ -47,7 +47,9 @@ def seconds_between(start: dt.datetime | None, end: dt.datetime | None) -> float
 
 
 class ListenerMetrics:
-    def __init__(self, *, name: str, namespace: str, repository: str = "", organization: str = "", enterprise: str = "") -> None:
+    def __init__(
+        self, *, name: str, namespace: str, repository: str = "", organization: str = "", enterprise: str = ""
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._counted_messages: OrderedDict[int, None] = OrderedDict()
         self.enterprise = enterprise

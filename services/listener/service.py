@@ -22,7 +22,6 @@ import anyio
 import msgspec
 from prometheus_client import disable_created_metrics
 
-from services.listener.config import ListenerConfig, actions_environ, bus_settings, credentials_of, listen_enabled, owner_name
 from services.listener.health import HealthState, HttpEndpoints, Role, build_app
 from services.listener.loop import Identity, SessionLoop
 from services.listener.metrics import ListenerMetrics
@@ -37,6 +36,14 @@ from shared.actions import (
 )
 from shared.bus import Bus, BusError, BusMessage, BusUnavailable, DesiredState, JobCompleted, JobStarted, LeaderLease
 from shared.bus import subjects as bus_subjects
+from shared.listener_config import (
+    ListenerConfig,
+    actions_environ,
+    bus_settings,
+    credentials_of,
+    listen_enabled,
+    owner_name,
+)
 from shared.log import get_logger
 
 __all__ = ["Listener", "ListenerGaveUp", "run_listener"]
@@ -64,7 +71,9 @@ class Listener:
     would (no session delete, no lease release), for failure tests.
     """
 
-    def __init__(self, cfg: ListenerConfig, *, owner: str | None = None, actions_client: ActionsClient | None = None) -> None:
+    def __init__(
+        self, cfg: ListenerConfig, *, owner: str | None = None, actions_client: ActionsClient | None = None
+    ) -> None:
         # ARC exports no ``*_created`` series and dashboards built for ARC expect its series only.
         # prometheus_client's switch is process-wide; the listener process serves only these.
         disable_created_metrics()
@@ -115,7 +124,13 @@ class Listener:
         staleness = cfg.session.poll_staleness_seconds
         metrics_on, health_on = listen_enabled(cfg.metrics_addr), listen_enabled(cfg.health_addr)
         if metrics_on and health_on and cfg.metrics_addr.strip() == cfg.health_addr.strip():
-            app = build_app(state=self.health, staleness=staleness, metrics=self.metrics, metrics_path=cfg.metrics_endpoint, health=True)
+            app = build_app(
+                state=self.health,
+                staleness=staleness,
+                metrics=self.metrics,
+                metrics_path=cfg.metrics_endpoint,
+                health=True,
+            )
             port = await self.endpoints.start("health", app, cfg.health_addr)
             self.endpoints.ports["metrics"] = port
             return
@@ -123,7 +138,13 @@ class Listener:
             app = build_app(state=self.health, staleness=staleness, metrics=None, metrics_path="", health=True)
             await self.endpoints.start("health", app, cfg.health_addr)
         if metrics_on:
-            app = build_app(state=self.health, staleness=staleness, metrics=self.metrics, metrics_path=cfg.metrics_endpoint, health=False)
+            app = build_app(
+                state=self.health,
+                staleness=staleness,
+                metrics=self.metrics,
+                metrics_path=cfg.metrics_endpoint,
+                health=False,
+            )
             await self.endpoints.start("metrics", app, cfg.metrics_addr)
 
     async def _run_connected(self) -> None:
@@ -154,18 +175,24 @@ class Listener:
         delay = self.cfg.session.error_backoff_seconds
         while True:
             try:
-                return await stack.enter_async_context(Bus.connect(
+                return await stack.enter_async_context(
+                    Bus.connect(
                         # The listener's config does not carry the cluster's stream sizing: create
                         # what is missing, never re-tune streams the workers set up.
-                        self.bus_settings, name=f"listener-{self.owner}", tune_existing=False
-                    ))
+                        self.bus_settings,
+                        name=f"listener-{self.owner}",
+                        tune_existing=False,
+                    )
+                )
             except BusUnavailable as exc:
                 self.health.progressed()
                 log.warning("NATS unreachable; retrying", error=str(exc), retry_in=round(delay, 1))
                 await anyio.sleep(delay)  # backoff between attempts, not synchronisation
                 delay = min(delay * 2, 30.0)
 
-    async def _lead_when_elected(self, lease: LeaderLease, actions: ActionsClient, bus: Bus, records: SessionRecords) -> None:
+    async def _lead_when_elected(
+        self, lease: LeaderLease, actions: ActionsClient, bus: Bus, records: SessionRecords
+    ) -> None:
         tick = self.bus_settings.effective_renew_interval
         while True:
             self.health.role = Role.STANDBY
@@ -248,7 +275,10 @@ class Listener:
                     raise ListenerGaveUp(f"scale set {cfg.runner_scale_set_id} no longer exists: {exc}") from None
                 except (ActionsError, BusError) as exc:
                     log.warning(
-                        "session failed; re-creating it", session_id=session.session_id, error=str(exc), error_type=type(exc).__name__
+                        "session failed; re-creating it",
+                        session_id=session.session_id,
+                        error=str(exc),
+                        error_type=type(exc).__name__,
                     )
                 finally:
                     scaler, newest_message_id = loop.scaler, loop.newest_message_id

@@ -29,16 +29,24 @@ import msgspec
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from services.listener.config import SessionSettings
 from services.listener.metrics import ListenerMetrics
 from shared.actions.errors import ActionsHTTPError, SessionConflictError, SessionNotFoundError
 from shared.bus import Bus
 from shared.bus.subjects import SESSIONS_BUCKET, listener_session_key
+from shared.listener_config import SessionSettings
 from shared.log import get_logger
 
 log = get_logger(__name__)
 
-__all__ = ["SESSIONS_BUCKET", "ListenerGaveUp", "SessionRecord", "SessionRecords", "close_session", "open_session", "session_key"]
+__all__ = [
+    "SESSIONS_BUCKET",
+    "ListenerGaveUp",
+    "SessionRecord",
+    "SessionRecords",
+    "close_session",
+    "open_session",
+    "session_key",
+]
 
 
 class ListenerGaveUp(Exception):
@@ -81,7 +89,7 @@ class SessionRecords:
                 entry = await kv.get(session_key(scale_set_id))
         except KeyNotFoundError:
             return None
-        except Exception as exc:  # noqa: BLE001 - best effort, see class docstring
+        except Exception as exc:
             log.warning("cannot read the session record", scale_set_id=scale_set_id, error=type(exc).__name__)
             return None
         if not entry.value:
@@ -97,7 +105,7 @@ class SessionRecords:
             kv = await self._bucket()
             with anyio.fail_after(self._timeout):
                 await kv.put(session_key(record.scale_set_id), msgspec.json.encode(record))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("cannot record the session", scale_set_id=record.scale_set_id, error=type(exc).__name__)
 
     async def clear(self, scale_set_id: int, session_id: str) -> None:
@@ -109,7 +117,7 @@ class SessionRecords:
             kv = await self._bucket()
             with anyio.fail_after(self._timeout):
                 await kv.delete(session_key(scale_set_id))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("cannot clear the session record", scale_set_id=scale_set_id, error=type(exc).__name__)
 
 
@@ -178,14 +186,16 @@ async def open_session(
                 session_id=session.session_id,
                 owner_name=owner,
                 listener_epoch=epoch,
-                created=dt.datetime.now(dt.timezone.utc),
+                created=dt.datetime.now(dt.UTC),
             )
         )
         log.info("message session created", scale_set_id=scale_set_id, session_id=session.session_id, owner=owner)
         return session
 
 
-async def close_session(client: Any, *, scale_set_id: int, session_id: str, records: SessionRecords, timeout: float = 10.0) -> None:
+async def close_session(
+    client: Any, *, scale_set_id: int, session_id: str, records: SessionRecords, timeout: float = 10.0
+) -> None:
     """Delete the session (shielded: runs during cancellation too) and forget its record."""
     with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as scope:
         try:
@@ -193,8 +203,10 @@ async def close_session(client: Any, *, scale_set_id: int, session_id: str, reco
             log.info("message session deleted", scale_set_id=scale_set_id, session_id=session_id)
         except SessionNotFoundError:
             log.info("message session was already gone", scale_set_id=scale_set_id, session_id=session_id)
-        except Exception as exc:  # noqa: BLE001 - shutdown path: report, never mask the cause
-            log.warning("could not delete the message session", scale_set_id=scale_set_id, session_id=session_id, error=str(exc))
+        except Exception as exc:
+            log.warning(
+                "could not delete the message session", scale_set_id=scale_set_id, session_id=session_id, error=str(exc)
+            )
             return
         await records.clear(scale_set_id, session_id)
     if scope.cancelled_caught:

@@ -50,7 +50,7 @@ CONFIG_MOUNT_PATH = "/etc/gha-listener"
 CONFIG_FILE_KEY = "config.json"
 CONFIG_PATH = f"{CONFIG_MOUNT_PATH}/{CONFIG_FILE_KEY}"
 CONFIG_VOLUME_NAME = "listener-config"
-#: Annotation that makes the node simulator (services/node_sim) run the pod as a real subprocess.
+#: Annotation that makes the node simulator (services/embedded/node_sim) run the pod as a real subprocess.
 ANNOTATION_NODE_SIM_EXEC = "runnerscale.dev/node-sim-exec"
 DEFAULT_TERMINATION_GRACE_SECONDS = 60
 
@@ -136,7 +136,9 @@ def filter_labels(labels: Mapping[str, str] | None, prefixes: Sequence[str]) -> 
     return {k: v for k, v in (labels or {}).items() if not any(k.startswith(p) for p in prefixes)}
 
 
-def filter_and_merge_labels(base: Mapping[str, str] | None, overwrite: Mapping[str, str] | None, prefixes: Sequence[str]) -> dict[str, str]:
+def filter_and_merge_labels(
+    base: Mapping[str, str] | None, overwrite: Mapping[str, str] | None, prefixes: Sequence[str]
+) -> dict[str, str]:
     """ARC's ``filterAndMergeLabels``: both maps filtered, ``overwrite`` wins."""
     out = filter_labels(base, prefixes)
     out.update(filter_labels(overwrite, prefixes))
@@ -167,7 +169,9 @@ def _scale_set_labels(al: AutoscalingListener) -> dict[str, str]:
     }
 
 
-def metadata_patch(desired: Mapping[str, Mapping[str, str]], live_labels: Mapping[str, str], live_annotations: Mapping[str, str]) -> Json | None:
+def metadata_patch(
+    desired: Mapping[str, Mapping[str, str]], live_labels: Mapping[str, str], live_annotations: Mapping[str, str]
+) -> Json | None:
     """A merge patch adding/updating the desired labels and annotations on a live object, or None
     when the live object already carries them all (a subset check: foreign keys added by admission
     or users are kept and never cause a patch loop). Desired keys are never removed (ARC merges)."""
@@ -185,7 +189,9 @@ def metadata_patch(desired: Mapping[str, Mapping[str, str]], live_labels: Mappin
 
 def desired_service_account(al: AutoscalingListener, settings: ListenerPodSettings) -> Json:
     meta = al.spec.service_account_metadata
-    labels = filter_and_merge_labels(meta.labels if meta else None, {**al.metadata.labels, **_scale_set_labels(al)}, settings.exclude_label_prefixes)
+    labels = filter_and_merge_labels(
+        meta.labels if meta else None, {**al.metadata.labels, **_scale_set_labels(al)}, settings.exclude_label_prefixes
+    )
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -202,13 +208,29 @@ def desired_service_account(al: AutoscalingListener, settings: ListenerPodSettin
 def role_rules(ers_name: str) -> list[Json]:
     """ARC's ``rulesForListenerRole``: patch the one ERS, patch runners and their status."""
     return [
-        {"apiGroups": ["actions.github.com"], "resources": ["ephemeralrunnersets"], "resourceNames": [ers_name], "verbs": ["patch"]},
-        {"apiGroups": ["actions.github.com"], "resources": ["ephemeralrunners", "ephemeralrunners/status"], "verbs": ["patch"]},
+        {
+            "apiGroups": ["actions.github.com"],
+            "resources": ["ephemeralrunnersets"],
+            "resourceNames": [ers_name],
+            "verbs": ["patch"],
+        },
+        {
+            "apiGroups": ["actions.github.com"],
+            "resources": ["ephemeralrunners", "ephemeralrunners/status"],
+            "verbs": ["patch"],
+        },
     ]
 
 
-def _role_labels(al: AutoscalingListener, meta_labels: Mapping[str, str] | None, settings: ListenerPodSettings) -> dict[str, str]:
-    ours = {**al.metadata.labels, **_scale_set_labels(al), LABEL_LISTENER_NAMESPACE: al.metadata.namespace, LABEL_LISTENER_NAME: al.metadata.name}
+def _role_labels(
+    al: AutoscalingListener, meta_labels: Mapping[str, str] | None, settings: ListenerPodSettings
+) -> dict[str, str]:
+    ours = {
+        **al.metadata.labels,
+        **_scale_set_labels(al),
+        LABEL_LISTENER_NAMESPACE: al.metadata.namespace,
+        LABEL_LISTENER_NAME: al.metadata.name,
+    }
     return filter_and_merge_labels(meta_labels, ours, settings.exclude_label_prefixes)
 
 
@@ -325,7 +347,11 @@ def proxy_settings(al: AutoscalingListener, proxy_credentials: Mapping[str, tupl
     out: dict[str, str] = {}
     for key, server in (("http_proxy", p.http), ("https_proxy", p.https)):
         if server is not None and server.url:
-            user, password = proxy_credentials.get(server.credential_secret_ref, ("", "")) if server.credential_secret_ref else ("", "")
+            user, password = (
+                proxy_credentials.get(server.credential_secret_ref, ("", ""))
+                if server.credential_secret_ref
+                else ("", "")
+            )
             out[key] = proxy_url_with_credentials(server.url, user, password)
     if p.no_proxy:
         out["no_proxy"] = ",".join(p.no_proxy)
@@ -350,11 +376,13 @@ def listener_config(
     server_root_ca: str = "",
     proxy: Mapping[str, str] | None = None,
 ) -> Json:
-    """The listener's ``config.json`` as a JSON tree, in the format ``services.listener.config``
+    """The listener's ``config.json`` as a JSON tree, in the format ``shared.listener_config``
     parses. Deterministic: the same inputs give the same tree (so it is only rewritten on change)."""
     spec = al.spec
     if spec.vault_config is not None and spec.vault_config.type:
-        raise ConfigProblem("spec.vaultConfig: vault-backed credentials are not supported by runnerscale; use a Kubernetes Secret")
+        raise ConfigProblem(
+            "spec.vaultConfig: vault-backed credentials are not supported by runnerscale; use a Kubernetes Secret"
+        )
     cfg: Json = {
         "configure_url": spec.github_config_url,
         "runner_scale_set_id": spec.runner_scale_set_id,
@@ -474,8 +502,12 @@ def base_listener_pod(al: AutoscalingListener, settings: ListenerPodSettings, co
     if health_port:
         if health_port != metrics_port:
             ports.append({"name": "health", "containerPort": health_port, "protocol": "TCP"})
-        container["livenessProbe"] = _probe("/healthz", health_port, settings.probe_period_seconds, settings.liveness_failure_threshold)
-        container["readinessProbe"] = _probe("/readyz", health_port, settings.probe_period_seconds, settings.readiness_failure_threshold)
+        container["livenessProbe"] = _probe(
+            "/healthz", health_port, settings.probe_period_seconds, settings.liveness_failure_threshold
+        )
+        container["readinessProbe"] = _probe(
+            "/readyz", health_port, settings.probe_period_seconds, settings.readiness_failure_threshold
+        )
     if ports:
         container["ports"] = ports
     annotations: dict[str, str] = {}
@@ -499,7 +531,10 @@ def base_listener_pod(al: AutoscalingListener, settings: ListenerPodSettings, co
         "metadata": {
             "name": pod_name(al),
             "namespace": al.metadata.namespace,
-            "labels": {**al.metadata.labels, LABEL_COMPONENT: COMPONENT_LISTENER},  # the worker's pod informer selects on it
+            "labels": {
+                **al.metadata.labels,
+                LABEL_COMPONENT: COMPONENT_LISTENER,
+            },  # the worker's pod informer selects on it
             "annotations": annotations,
             "ownerReferences": [owner_reference(al)],
         },
@@ -600,7 +635,9 @@ def desired_listener_pod(al: AutoscalingListener, settings: ListenerPodSettings,
 # --- drift of the live pod ---------------------------------------------------------------------------
 
 
-def pod_drift(desired: Mapping[str, Any], live_spec: Mapping[str, Any], live_annotations: Mapping[str, str]) -> str | None:
+def pod_drift(
+    desired: Mapping[str, Any], live_spec: Mapping[str, Any], live_annotations: Mapping[str, str]
+) -> str | None:
     """Why the live pod must be deleted and recreated, or None when it is what ``desired`` asks for.
 
     - The config Secret revision: a desired annotation that differs from the live one — including a
@@ -614,7 +651,9 @@ def pod_drift(desired: Mapping[str, Any], live_spec: Mapping[str, Any], live_ann
     - Container port counts, separately: a port the desired pod stopped setting (metrics turned
       off) is invisible to the derivative.
     """
-    want_rv = (desired.get("metadata") or {}).get("annotations", {}).get(ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION, "")
+    want_rv = (
+        (desired.get("metadata") or {}).get("annotations", {}).get(ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION, "")
+    )
     have_rv = live_annotations.get(ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION, "")
     if want_rv and want_rv != have_rv:
         return f"config secret changed (pod started with resourceVersion {have_rv or 'none'}, now {want_rv})"
@@ -626,13 +665,19 @@ def pod_drift(desired: Mapping[str, Any], live_spec: Mapping[str, Any], live_ann
     return None
 
 
-def pod_metadata_patch(desired: Mapping[str, Any], live_labels: Mapping[str, str], live_annotations: Mapping[str, str]) -> Json | None:
+def pod_metadata_patch(
+    desired: Mapping[str, Any], live_labels: Mapping[str, str], live_annotations: Mapping[str, str]
+) -> Json | None:
     """Labels/annotations to merge onto a live pod that is otherwise current. The config revision
     annotation is excluded on purpose: it may only ever be written by creating the pod, so that it
     always names a config the running listener actually read."""
     meta = desired.get("metadata") or {}
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION}
-    return metadata_patch({"labels": meta.get("labels") or {}, "annotations": annotations}, live_labels, live_annotations)
+    annotations = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k != ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION
+    }
+    return metadata_patch(
+        {"labels": meta.get("labels") or {}, "annotations": annotations}, live_labels, live_annotations
+    )
 
 
 # --- the live pod's state ----------------------------------------------------------------------------
@@ -662,7 +707,11 @@ def pod_verdict(pod: Any) -> PodVerdict:
     cs = status.container(LISTENER_CONTAINER_NAME)
     if cs is not None and cs.state.terminated is not None:
         t = cs.state.terminated
-        return PodVerdict(PodState.FAILED, "terminated", f"listener container exited with code {t.exit_code}{' (' + t.reason + ')' if t.reason else ''}")
+        return PodVerdict(
+            PodState.FAILED,
+            "terminated",
+            f"listener container exited with code {t.exit_code}{' (' + t.reason + ')' if t.reason else ''}",
+        )
     if status.phase == "Failed":
         return PodVerdict(PodState.FAILED, "pod-failed", status.message or status.reason or "pod phase Failed")
     if status.phase == "Succeeded":

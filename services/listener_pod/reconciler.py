@@ -23,20 +23,24 @@ from __future__ import annotations
 
 import base64
 import time
-from datetime import datetime, timezone
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
-from services.listener.config import ConfigError, parse_config
 from services.listener_pod import desired as d
 from services.listener_pod.metrics import ListenerPodMetrics, listener_pod_metrics
 from shared.actions import CredentialsError, credentials_from_secret
 from shared.actions.auth import AppCredentials, PersonalAccessToken
 from shared.api import AutoscalingListener, ObjectMeta, validate
-from shared.api.constants import API_VERSION, FINALIZER_AUTOSCALING_LISTENER, KIND_AUTOSCALING_LISTENER, LISTENER_CONTAINER_NAME
+from shared.api.constants import (
+    API_VERSION,
+    FINALIZER_AUTOSCALING_LISTENER,
+    KIND_AUTOSCALING_LISTENER,
+    LISTENER_CONTAINER_NAME,
+)
 from shared.kube import (
     AUTOSCALING_LISTENERS,
     AUTOSCALING_RUNNER_SETS,
@@ -47,9 +51,9 @@ from shared.kube import (
     SERVICE_ACCOUNTS,
     AlreadyExists,
     ApiReader,
+    ApiWriter,
     Conflict,
     DecodeFailed,
-    ApiWriter,
     EventRecorder,
     InvolvedObject,
     KubeClient,
@@ -59,6 +63,7 @@ from shared.kube import (
     retry_on_conflict,
 )
 from shared.kube.objects import Pod, Secret
+from shared.listener_config import ConfigError, parse_config
 from shared.log import get_logger
 
 log = get_logger(__name__)
@@ -128,8 +133,18 @@ class ListenerPodReconciler:
             al = await self.reader.get_or_none(AUTOSCALING_LISTENERS, key)
         except DecodeFailed as exc:
             # Bad input is an Event and a log line, not a retry loop: an edit of the object re-triggers.
-            log.warning("AutoscalingListener does not decode; not reconciling it until it changes", namespace=key.namespace, name=key.name, error=str(exc))
-            await self._event(InvolvedObject(API_VERSION, KIND_AUTOSCALING_LISTENER, key.namespace, key.name), True, "InvalidSpec", str(exc))
+            log.warning(
+                "AutoscalingListener does not decode; not reconciling it until it changes",
+                namespace=key.namespace,
+                name=key.name,
+                error=str(exc),
+            )
+            await self._event(
+                InvolvedObject(API_VERSION, KIND_AUTOSCALING_LISTENER, key.namespace, key.name),
+                True,
+                "InvalidSpec",
+                str(exc),
+            )
             return None
         if al is None:
             self.restarts.pop(key, None)
@@ -145,14 +160,24 @@ class ListenerPodReconciler:
         if not al.spec.autoscaling_runner_set_namespace:
             problems.append("$.spec.autoscalingRunnerSetNamespace: is required")
         if problems:
-            log.warning("invalid AutoscalingListener; not reconciling it until it changes", namespace=key.namespace, name=key.name, problems=problems)
+            log.warning(
+                "invalid AutoscalingListener; not reconciling it until it changes",
+                namespace=key.namespace,
+                name=key.name,
+                problems=problems,
+            )
             await self._event(al, True, "InvalidSpec", "; ".join(problems))
             return None
 
         ars_key = ObjectKey(al.spec.autoscaling_runner_set_namespace, al.spec.autoscaling_runner_set_name)
         ars = await self.reader.get_or_none(AUTOSCALING_RUNNER_SETS, ars_key)
         if ars is None:
-            log.info("AutoscalingRunnerSet is gone; deleting its listener", namespace=key.namespace, name=key.name, ars=str(ars_key))
+            log.info(
+                "AutoscalingRunnerSet is gone; deleting its listener",
+                namespace=key.namespace,
+                name=key.name,
+                ars=str(ars_key),
+            )
             await self.writer.delete(AUTOSCALING_LISTENERS, key, uid=al.metadata.uid, missing_ok=True)
             return None
 
@@ -215,7 +240,13 @@ class ListenerPodReconciler:
         except AlreadyExists:
             # Created since our read (another replica, or a lagging view): decide again on fresh reads.
             raise Conflict(resource.describe("CREATE"), "created concurrently; re-reading") from None
-        log.info("created", kind=resource.kind, namespace=body["metadata"].get("namespace"), name=body["metadata"]["name"], listener=al.metadata.name)
+        log.info(
+            "created",
+            kind=resource.kind,
+            namespace=body["metadata"].get("namespace"),
+            name=body["metadata"]["name"],
+            listener=al.metadata.name,
+        )
         return created
 
     # --- config secret ------------------------------------------------------------------------------------
@@ -229,8 +260,15 @@ class ListenerPodReconciler:
             return None
         gh = await self.reader.get_or_none(SECRETS, ObjectKey(ns, secret_name))
         if gh is None:
-            await self._event(al, True, "GitHubSecretMissing", f"secret {ns}/{secret_name} (githubConfigSecret) not found")
-            log.warning("GitHub config secret not found", namespace=al.metadata.namespace, name=al.metadata.name, secret=f"{ns}/{secret_name}")
+            await self._event(
+                al, True, "GitHubSecretMissing", f"secret {ns}/{secret_name} (githubConfigSecret) not found"
+            )
+            log.warning(
+                "GitHub config secret not found",
+                namespace=al.metadata.namespace,
+                name=al.metadata.name,
+                secret=f"{ns}/{secret_name}",
+            )
             return None
         try:
             data = {k: gh.decoded(k) or b"" for k in gh.data}
@@ -243,7 +281,9 @@ class ListenerPodReconciler:
         else:
             assert isinstance(creds, AppCredentials)
             credentials = d.Credentials(
-                github_app_id=str(creds.app_id), github_app_installation_id=int(creds.installation_id), github_app_private_key=creds.private_key
+                github_app_id=str(creds.app_id),
+                github_app_installation_id=int(creds.installation_id),
+                github_app_private_key=creds.private_key,
             )
 
         ca = ""
@@ -257,7 +297,12 @@ class ListenerPodReconciler:
                 if value is None and ref.key in cm.binary_data:
                     value = base64.b64decode(cm.binary_data[ref.key]).decode(errors="replace")
             if value is None:
-                await self._event(al, True, "TLSConfigMissing", f"configmap {ns}/{ref.name} key {ref.key!r} (githubServerTLS) not found")
+                await self._event(
+                    al,
+                    True,
+                    "TLSConfigMissing",
+                    f"configmap {ns}/{ref.name} key {ref.key!r} (githubServerTLS) not found",
+                )
                 return None
             ca = value
 
@@ -265,13 +310,17 @@ class ListenerPodReconciler:
         for name in d.proxy_secret_refs(al):
             s = await self.reader.get_or_none(SECRETS, ObjectKey(ns, name))
             if s is None:
-                await self._event(al, True, "ProxySecretMissing", f"secret {ns}/{name} (proxy credentialSecretRef) not found")
+                await self._event(
+                    al, True, "ProxySecretMissing", f"secret {ns}/{name} (proxy credentialSecretRef) not found"
+                )
                 return None
             try:
                 user = (s.decoded("username") or b"").decode()
                 password = (s.decoded("password") or b"").decode()
             except (ValueError, UnicodeDecodeError):
-                await self._event(al, True, "InvalidProxySecret", f"secret {ns}/{name}: username/password are not valid text")
+                await self._event(
+                    al, True, "InvalidProxySecret", f"secret {ns}/{name}: username/password are not valid text"
+                )
                 return None
             proxy_creds[name] = (user, password)
         return credentials, ca, d.proxy_settings(al, proxy_creds)
@@ -287,7 +336,9 @@ class ListenerPodReconciler:
             config_bytes = d.encode_config(cfg)
             parse_config(config_bytes)  # the listener's own validation: never ship a config it rejects
         except (d.ConfigProblem, ConfigError) as exc:
-            log.warning("listener config is invalid", namespace=al.metadata.namespace, name=al.metadata.name, error=str(exc))
+            log.warning(
+                "listener config is invalid", namespace=al.metadata.namespace, name=al.metadata.name, error=str(exc)
+            )
             await self._event(al, True, "InvalidListenerConfig", str(exc))
             return None
 
@@ -309,16 +360,30 @@ class ListenerPodReconciler:
             patch["data"] = want["data"]
         if not patch:
             return live.metadata.resource_version
-        updated: Secret = await self.writer.patch_merge(SECRETS, key, patch, resource_version=live.metadata.resource_version)
+        updated: Secret = await self.writer.patch_merge(
+            SECRETS, key, patch, resource_version=live.metadata.resource_version
+        )
         if changed:
             self.metrics.config_writes_total.labels(labels["name"], labels["namespace"], "changed").inc()
-            log.info("listener config rewritten", namespace=key.namespace, name=key.name, resource_version=updated.metadata.resource_version)
-            await self._event(al, False, "ListenerConfigUpdated", f"config secret {key.name} rewritten; the listener pod will be restarted")
+            log.info(
+                "listener config rewritten",
+                namespace=key.namespace,
+                name=key.name,
+                resource_version=updated.metadata.resource_version,
+            )
+            await self._event(
+                al,
+                False,
+                "ListenerConfigUpdated",
+                f"config secret {key.name} rewritten; the listener pod will be restarted",
+            )
         return updated.metadata.resource_version
 
     # --- pod ------------------------------------------------------------------------------------------------
 
-    async def _ensure_pod(self, key: ObjectKey, al: AutoscalingListener, settings: d.ListenerPodSettings, config_rv: str) -> Result | None:
+    async def _ensure_pod(
+        self, key: ObjectKey, al: AutoscalingListener, settings: d.ListenerPodSettings, config_rv: str
+    ) -> Result | None:
         opts = self.options
         want = d.desired_listener_pod(al, settings, config_rv)
         pod_key = ObjectKey(al.metadata.namespace, d.pod_name(al))
@@ -341,7 +406,9 @@ class ListenerPodReconciler:
 
         owner = live.metadata.controller_reference()
         if owner is None or owner.uid != al.metadata.uid:
-            return await self._recreate(key, al, live, "foreign-owner", "the pod is not controlled by this AutoscalingListener", failure=False)
+            return await self._recreate(
+                key, al, live, "foreign-owner", "the pod is not controlled by this AutoscalingListener", failure=False
+            )
         if verdict.state is d.PodState.FAILED:
             return await self._recreate(key, al, live, verdict.reason, verdict.detail, failure=True)
         drift = d.pod_drift(want, live.spec, live.metadata.annotations)
@@ -366,15 +433,19 @@ class ListenerPodReconciler:
         started = cs.state.running.started_at if cs is not None and cs.state.running is not None else None
         if started is None:
             return
-        if (datetime.now(timezone.utc) - started).total_seconds() >= self.options.stable_run_seconds:
+        if (datetime.now(UTC) - started).total_seconds() >= self.options.stable_run_seconds:
             self.restarts.pop(key, None)
 
-    async def _recreate(self, key: ObjectKey, al: AutoscalingListener, pod: Pod, reason: str, detail: str, *, failure: bool) -> Result:
+    async def _recreate(
+        self, key: ObjectKey, al: AutoscalingListener, pod: Pod, reason: str, detail: str, *, failure: bool
+    ) -> Result:
         """Delete the live pod (uid precondition: never a namesake created meanwhile); the pod
         informer wakes this AL when it is gone and the next pass creates the new one."""
         name, ns = al.metadata.name, al.metadata.namespace
         log.info("recreating listener pod", namespace=ns, name=name, reason=reason, detail=detail)
-        await self.writer.delete(PODS, ObjectKey(pod.metadata.namespace, pod.metadata.name), uid=pod.metadata.uid, missing_ok=True)
+        await self.writer.delete(
+            PODS, ObjectKey(pod.metadata.namespace, pod.metadata.name), uid=pod.metadata.uid, missing_ok=True
+        )
         self.metrics.recreations_total.labels(name, ns, reason).inc()
         self.metrics.set_running(name, ns, al.spec.github_config_url, 0)
         wait = self.options.cleanup_requeue_seconds
@@ -383,7 +454,12 @@ class ListenerPodReconciler:
             record.failures += 1
             record.last_failure = self.clock()
             wait = max(wait, self.options.backoff.delay(record.failures))
-            await self._event(al, True, "ListenerPodFailed", f"listener pod {pod.metadata.name}: {detail}; recreating (failure {record.failures} in a row)")
+            await self._event(
+                al,
+                True,
+                "ListenerPodFailed",
+                f"listener pod {pod.metadata.name}: {detail}; recreating (failure {record.failures} in a row)",
+            )
         else:
             await self._event(al, False, "ListenerPodRecreated", f"listener pod {pod.metadata.name}: {detail}")
         return Result(requeue_after=wait)

@@ -19,9 +19,28 @@ import anyio
 from services.listener_pod import desired as d
 from services.listener_pod.metrics import listener_pod_metrics
 from services.listener_pod.reconciler import ListenerPodReconciler, ReconcilerOptions
-from shared.api.constants import COMPONENT_LISTENER, KIND_AUTOSCALING_LISTENER, LABEL_COMPONENT, LABEL_LISTENER_NAME, LABEL_LISTENER_NAMESPACE, LABEL_SCALE_SET_NAME
+from shared.api.constants import (
+    COMPONENT_LISTENER,
+    KIND_AUTOSCALING_LISTENER,
+    LABEL_COMPONENT,
+    LABEL_LISTENER_NAME,
+    LABEL_LISTENER_NAMESPACE,
+    LABEL_SCALE_SET_NAME,
+)
 from shared.bus import subjects
-from shared.kube import AUTOSCALING_LISTENERS, AUTOSCALING_RUNNER_SETS, PODS, ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS, Change, ChangeType, Controller, ObjectKey, Watches
+from shared.kube import (
+    AUTOSCALING_LISTENERS,
+    AUTOSCALING_RUNNER_SETS,
+    PODS,
+    ROLE_BINDINGS,
+    ROLES,
+    SERVICE_ACCOUNTS,
+    Change,
+    ChangeType,
+    Controller,
+    ObjectKey,
+    Watches,
+)
 from shared.worker import SettingsError, WorkerContext, add_worker_arguments, load_worker_settings, run_worker
 from shared.worker.runtime import Setup
 
@@ -60,7 +79,9 @@ def make_setup(options: ReconcilerOptions | None = None, *, pass_bus_settings: b
         opts = base
         if pass_bus_settings and not opts.bus.servers:
             opts = replace(opts, bus=d.BusPassThrough.from_bus_settings(ctx.settings.bus))
-        reconciler = ListenerPodReconciler(ctx.kube, opts, recorder=ctx.events, metrics=listener_pod_metrics(ctx.registry))
+        reconciler = ListenerPodReconciler(
+            ctx.kube, opts, recorder=ctx.events, metrics=listener_pod_metrics(ctx.registry)
+        )
         als = ctx.informers(AUTOSCALING_LISTENERS)
         arss = ctx.informers(AUTOSCALING_RUNNER_SETS)
 
@@ -79,7 +100,10 @@ def make_setup(options: ReconcilerOptions | None = None, *, pass_bus_settings: b
 
         pods = ctx.informers(PODS, label_selector=POD_SELECTOR)
         sas = ctx.informers(SERVICE_ACCOUNTS, label_selector=LABEL_SCALE_SET_NAME)
-        rbac = [*ctx.informers(ROLES, label_selector=LABEL_LISTENER_NAME), *ctx.informers(ROLE_BINDINGS, label_selector=LABEL_LISTENER_NAME)]
+        rbac = [
+            *ctx.informers(ROLES, label_selector=LABEL_LISTENER_NAME),
+            *ctx.informers(ROLE_BINDINGS, label_selector=LABEL_LISTENER_NAME),
+        ]
         controller = ctx.controller(
             CONTROLLER_NAME,
             reconciler.reconcile,
@@ -92,7 +116,7 @@ def make_setup(options: ReconcilerOptions | None = None, *, pass_bus_settings: b
             ],
         )
         ctx.route(subjects.LISTENER_POD_CHANGES, controller)
-        setattr(ctx, "listener_pod_reconciler", reconciler)  # for tests and introspection
+        ctx.listener_pod_reconciler = reconciler  # for tests and introspection
         return [controller]
 
     return setup
@@ -107,24 +131,76 @@ def _env(name: str, default: str) -> str:
 
 def add_listener_pod_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("listener pods")
-    g.add_argument("--listener-image", default=_env("RUNNERSCALE_LISTENER_IMAGE", d.ListenerPodSettings.image), help="listener image when the AL's spec.image is empty [env RUNNERSCALE_LISTENER_IMAGE]")
-    g.add_argument("--listener-metrics-addr", default=_env("RUNNERSCALE_LISTENER_METRICS_ADDR", ":8080"), help="listener /metrics address; '0' disables (no port, empty metrics_addr) [env RUNNERSCALE_LISTENER_METRICS_ADDR]")
-    g.add_argument("--listener-metrics-endpoint", default=_env("RUNNERSCALE_LISTENER_METRICS_ENDPOINT", "/metrics"), help="listener metrics path")
-    g.add_argument("--listener-health-addr", default=_env("RUNNERSCALE_LISTENER_HEALTH_ADDR", ":8081"), help="listener /healthz /readyz address (liveness/readiness probes); '0' disables [env RUNNERSCALE_LISTENER_HEALTH_ADDR]")
-    g.add_argument("--listener-log-level", default=_env("RUNNERSCALE_LISTENER_LOG_LEVEL", "info"), help="log level written into the listener config")
-    g.add_argument("--listener-nats-url", action="append", default=None, help="NATS URL(s) written into the listener config (default: this worker's --nats-url)")
-    g.add_argument("--exclude-label-propagation-prefix", action="append", default=[], help="label key prefix not copied to derived objects (repeatable)")
-    g.add_argument("--resync-period", type=float, default=float(_env("RUNNERSCALE_LISTENER_RESYNC_SECONDS", "60")), help="seconds between re-reconciles of every AL (GitHub secret rotation)")
-    g.add_argument("--listener-restart-backoff", type=float, default=1.0, help="base seconds of the backoff between recreations of a failing listener pod")
+    g.add_argument(
+        "--listener-image",
+        default=_env("RUNNERSCALE_LISTENER_IMAGE", d.ListenerPodSettings.image),
+        help="listener image when the AL's spec.image is empty [env RUNNERSCALE_LISTENER_IMAGE]",
+    )
+    g.add_argument(
+        "--listener-metrics-addr",
+        default=_env("RUNNERSCALE_LISTENER_METRICS_ADDR", ":8080"),
+        help="listener /metrics address; '0' disables (no port, empty metrics_addr) [env RUNNERSCALE_LISTENER_METRICS_ADDR]",
+    )
+    g.add_argument(
+        "--listener-metrics-endpoint",
+        default=_env("RUNNERSCALE_LISTENER_METRICS_ENDPOINT", "/metrics"),
+        help="listener metrics path",
+    )
+    g.add_argument(
+        "--listener-health-addr",
+        default=_env("RUNNERSCALE_LISTENER_HEALTH_ADDR", ":8081"),
+        help="listener /healthz /readyz address (liveness/readiness probes); '0' disables [env RUNNERSCALE_LISTENER_HEALTH_ADDR]",
+    )
+    g.add_argument(
+        "--listener-log-level",
+        default=_env("RUNNERSCALE_LISTENER_LOG_LEVEL", "info"),
+        help="log level written into the listener config",
+    )
+    g.add_argument(
+        "--listener-nats-url",
+        action="append",
+        default=None,
+        help="NATS URL(s) written into the listener config (default: this worker's --nats-url)",
+    )
+    g.add_argument(
+        "--exclude-label-propagation-prefix",
+        action="append",
+        default=[],
+        help="label key prefix not copied to derived objects (repeatable)",
+    )
+    g.add_argument(
+        "--resync-period",
+        type=float,
+        default=float(_env("RUNNERSCALE_LISTENER_RESYNC_SECONDS", "60")),
+        help="seconds between re-reconciles of every AL (GitHub secret rotation)",
+    )
+    g.add_argument(
+        "--listener-restart-backoff",
+        type=float,
+        default=1.0,
+        help="base seconds of the backoff between recreations of a failing listener pod",
+    )
     g.add_argument("--listener-restart-backoff-max", type=float, default=60.0, help="cap of that backoff")
-    g.add_argument("--node-sim-exec", action=argparse.BooleanOptionalAction, default=True, help="annotate pods runnerscale.dev/node-sim-exec=true (the embedded node simulator runs them as processes)")
+    g.add_argument(
+        "--node-sim-exec",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="annotate pods runnerscale.dev/node-sim-exec=true (the embedded node simulator runs them as processes)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> ReconcilerOptions:
-    for flag, value in (("--resync-period", args.resync_period), ("--listener-restart-backoff", args.listener_restart_backoff), ("--listener-restart-backoff-max", args.listener_restart_backoff_max)):
+    for flag, value in (
+        ("--resync-period", args.resync_period),
+        ("--listener-restart-backoff", args.listener_restart_backoff),
+        ("--listener-restart-backoff-max", args.listener_restart_backoff_max),
+    ):
         if value <= 0:
             raise SettingsError(flag, f"must be > 0, got {value}")
-    for flag, addr in (("--listener-metrics-addr", args.listener_metrics_addr), ("--listener-health-addr", args.listener_health_addr)):
+    for flag, addr in (
+        ("--listener-metrics-addr", args.listener_metrics_addr),
+        ("--listener-health-addr", args.listener_health_addr),
+    ):
         if d.enabled_addr(addr) and not d.addr_port(addr) and not addr.endswith(":0"):
             raise SettingsError(flag, f"{addr!r} is not a host:port address")
     settings = d.ListenerPodSettings(
@@ -144,7 +220,9 @@ def options_from_args(args: argparse.Namespace) -> ReconcilerOptions:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog=f"runnerscale {NAME}", description="reconcile AutoscalingListeners into listener pods")
+    parser = argparse.ArgumentParser(
+        prog=f"runnerscale {NAME}", description="reconcile AutoscalingListeners into listener pods"
+    )
     add_worker_arguments(parser)
     add_listener_pod_arguments(parser)
     args = parser.parse_args(list(argv))
@@ -155,5 +233,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"runnerscale {NAME}: {exc}", file=sys.stderr)
         return 2
     if args.listener_nats_url:
-        options = replace(options, bus=replace(d.BusPassThrough.from_bus_settings(settings.bus), servers=tuple(args.listener_nats_url)))
+        options = replace(
+            options,
+            bus=replace(d.BusPassThrough.from_bus_settings(settings.bus), servers=tuple(args.listener_nats_url)),
+        )
     return anyio.run(run_worker, NAME, settings, make_setup(options))

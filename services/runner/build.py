@@ -62,7 +62,12 @@ def _b64(text: str) -> str:
 
 
 def build_jit_secret(
-    er: EphemeralRunner, *, runner_id: int, runner_name: str, encoded_jit_config: str, exclude_label_prefixes: Iterable[str] = ()
+    er: EphemeralRunner,
+    *,
+    runner_id: int,
+    runner_name: str,
+    encoded_jit_config: str,
+    exclude_label_prefixes: Iterable[str] = (),
 ) -> JsonTree:
     """The Secret ``<ER name>`` holding the JIT config, owned by the ER (§3.4)."""
     meta = er.spec.ephemeral_runner_config_secret_metadata
@@ -109,7 +114,10 @@ def pod_template_hash(er: EphemeralRunner) -> str:
 
 def _runner_env(er: EphemeralRunner, secret_name: str, user_agent: str) -> list[JsonTree]:
     env: list[JsonTree] = [
-        {"name": ENV_RUNNER_JIT_CONFIG, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": SECRET_KEY_JIT_TOKEN}}},
+        {
+            "name": ENV_RUNNER_JIT_CONFIG,
+            "valueFrom": {"secretKeyRef": {"name": secret_name, "key": SECRET_KEY_JIT_TOKEN}},
+        },
         {"name": ENV_RUNNER_EXTRA_USER_AGENT, "value": user_agent},
         {"name": ENV_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE, "value": "1"},
     ]
@@ -127,7 +135,11 @@ def _runner_env(er: EphemeralRunner, secret_name: str, user_agent: str) -> list[
 
 
 def build_runner_pod(
-    er: EphemeralRunner, *, secret_name: str | None = None, user_agent: str = "runnerscale", exclude_label_prefixes: Iterable[str] = ()
+    er: EphemeralRunner,
+    *,
+    secret_name: str | None = None,
+    user_agent: str = "runnerscale",
+    exclude_label_prefixes: Iterable[str] = (),
 ) -> JsonTree:
     """The runner pod ``<ER name>`` built from the ER's inlined pod template (§3.4).
 

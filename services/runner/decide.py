@@ -9,14 +9,14 @@ re-reads the objects, calls these, and performs the one write they ask for.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from shared.api import EphemeralRunner, EphemeralRunnerStatus
-from shared.api.constants import RUNNER_CONTAINER_NAME, RUNNER_EXIT_CODE_VERSION_DEPRECATED
-from shared.kube.objects import Pod, kube_time
 from services.runner import jobs
+from shared.api import EphemeralRunner, EphemeralRunnerStatus
+from shared.api.constants import ANNOTATION_FAILED_AT, RUNNER_CONTAINER_NAME, RUNNER_EXIT_CODE_VERSION_DEPRECATED
+from shared.kube.objects import Pod, kube_time
 
 JsonTree = dict[str, Any]
 
@@ -25,10 +25,6 @@ ARC_FAILURE_BACKOFF: tuple[float, ...] = (0.0, 5.0, 10.0, 20.0, 40.0, 80.0)
 ARC_MAX_FAILURES = 5
 OUTDATED_MESSAGE = "Runner is deprecated"
 
-# When the runner failed (ISO 8601), written on the ER right before its status becomes Failed: the
-# runner-set worker counts the Failed runner's age (--failed-runner-ttl) and its failure budget
-# from it (services/runner_set/failures.py).
-ANNOTATION_FAILED_AT = "actions.github.com/failed-at"
 
 # Reasons of runner endings that count in runnerscale_runner_failures_total (everything but success
 # and Outdated): Failed phase (InvalidPod, InvalidSpec, TooManyPodFailures) and failure deletions.
@@ -202,7 +198,10 @@ def _on_failure(er: EphemeralRunner, pod: Pod, outcome: PodOutcome, now: datetim
     status = _status(er)
     if status.has_job():
         # ARC: a runner that failed while it had a job is not retried; the set replaces it.
-        return DeleteRunner("PodFailedWithJob", f"pod {pod.metadata.name} failed while running job {status.job_id}: {reason}: {message}".rstrip(": "))
+        return DeleteRunner(
+            "PodFailedWithJob",
+            f"pod {pod.metadata.name} failed while running job {status.job_id}: {reason}: {message}".rstrip(": "),
+        )
     uid = pod.metadata.uid
     patch = None if uid in status.failures else failure_patch(uid, now, reason, message)
     return RecordFailure(uid, reason, message, patch)
@@ -324,7 +323,9 @@ def quota_decision(er: EphemeralRunner, now: datetime, settings: RunnerSettings)
     """Pod create forbidden by a ResourceQuota: retry, and give the slot back after a while."""
     age = _seconds_since(er.metadata.creation_timestamp, now)
     if age is not None and age >= settings.quota_give_up_after:
-        return DeleteRunner("ExceededQuota", f"pod creation forbidden by a quota for more than {settings.quota_give_up_after:g}s")
+        return DeleteRunner(
+            "ExceededQuota", f"pod creation forbidden by a quota for more than {settings.quota_give_up_after:g}s"
+        )
     return Wait(settings.quota_retry, "exceeded quota")
 
 
@@ -342,7 +343,7 @@ def invalid_spec_patch(message: str) -> JsonTree:
 
 def failed_at_patch(now: datetime) -> JsonTree:
     """Metadata merge patch stamping when the runner failed (written before the Failed status)."""
-    return {"metadata": {"annotations": {ANNOTATION_FAILED_AT: now.astimezone(timezone.utc).isoformat()}}}
+    return {"metadata": {"annotations": {ANNOTATION_FAILED_AT: now.astimezone(UTC).isoformat()}}}
 
 
 def too_many_failures_decision(er: EphemeralRunner, settings: RunnerSettings) -> Decision:
@@ -351,10 +352,14 @@ def too_many_failures_decision(er: EphemeralRunner, settings: RunnerSettings) ->
     TooManyPodFailures): visible in the set's status and counted by its failure budget, and
     replaced by the runner-set worker after --failed-runner-ttl."""
     failures = len(_status(er).failures)
-    return MarkFailed("TooManyPodFailures", f"the runner pod failed {failures} times (more than {settings.max_failures})")
+    return MarkFailed(
+        "TooManyPodFailures", f"the runner pod failed {failures} times (more than {settings.max_failures})"
+    )
 
 
-def should_abandon_removal(deleting_since: datetime | None, pod_alive: bool, now: datetime, settings: RunnerSettings) -> bool:
+def should_abandon_removal(
+    deleting_since: datetime | None, pod_alive: bool, now: datetime, settings: RunnerSettings
+) -> bool:
     """Deleting ER, service keeps answering JobStillRunning: stop waiting once the pod is gone and
     ``removal_give_up_after`` has passed (the service drops offline ephemeral runners itself)."""
     if pod_alive or settings.removal_give_up_after <= 0:

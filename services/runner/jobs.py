@@ -10,7 +10,7 @@ so a late ``JobStarted`` never moves the runner back to "started".
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.api import EphemeralRunner, EphemeralRunnerStatus
@@ -95,7 +95,7 @@ def conflicting_job(er: EphemeralRunner, event: JobEvent) -> bool:
 
 
 def completion_value(event: JobCompleted) -> str:
-    at = event.time.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = event.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return f"job={event.job_key()};result={event.result or 'unknown'};at={at}"
 
 
@@ -103,7 +103,7 @@ def parse_completion(value: str) -> tuple[str, datetime | None]:
     """(job key, completion time) from the annotation value; ("", None) when unparsable."""
     parts = dict(p.split("=", 1) for p in value.split(";") if "=" in p)
     try:
-        at = datetime.strptime(parts.get("at", ""), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        at = datetime.strptime(parts.get("at", ""), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
         at = None
     return parts.get("job", ""), at

@@ -9,11 +9,14 @@ without a precondition in here is refused before it is sent.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import anyio
 
+from services.runner import build, decide, jobs
+from services.runner.decide import RunnerSettings
+from services.runner.metrics import RunnerMetrics, runner_metrics
 from shared.actions import (
     ActionsClient,
     ActionsError,
@@ -24,12 +27,11 @@ from shared.actions import (
 from shared.api import EphemeralRunner, EphemeralRunnerStatus, validate
 from shared.api.constants import (
     API_VERSION,
-    KIND_EPHEMERAL_RUNNER,
     FINALIZER_EPHEMERAL_RUNNER,
     FINALIZER_RUNNER_REGISTRATION,
+    KIND_EPHEMERAL_RUNNER,
     LABEL_RUNNER_POD,
     LABEL_SCALE_SET_NAME,
-    RUNNER_CONTAINER_NAME,
 )
 from shared.bus.messages import JobCompleted, JobStarted
 from shared.kube import (
@@ -38,23 +40,19 @@ from shared.kube import (
     SECRETS,
     AlreadyExists,
     ApiReader,
-    DecodeFailed,
     ApiWriter,
+    DecodeFailed,
     EventRecorder,
     Forbidden,
     Invalid,
     InvolvedObject,
     KubeError,
-    NotFound,
     ObjectKey,
     Result,
     retry_on_conflict,
 )
 from shared.kube.objects import Pod, Secret, SecretDataError
 from shared.log import get_logger
-from services.runner import build, decide, jobs
-from services.runner.decide import RunnerSettings
-from services.runner.metrics import RunnerMetrics, runner_metrics
 
 log = get_logger(__name__)
 
@@ -62,7 +60,7 @@ Clock = Callable[[], datetime]
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class ClientSource(Protocol):
@@ -126,8 +124,17 @@ class RunnerReconciler:
             er = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
         except DecodeFailed as exc:
             # Not a crash loop: say so once on the object and wait for it to change.
-            await self.events.warning(InvolvedObject(API_VERSION, KIND_EPHEMERAL_RUNNER, key.namespace, key.name), "InvalidEphemeralRunner", str(exc))
-            log.error("undecodable EphemeralRunner; waiting for it to change", namespace=key.namespace, name=key.name, error=str(exc))
+            await self.events.warning(
+                InvolvedObject(API_VERSION, KIND_EPHEMERAL_RUNNER, key.namespace, key.name),
+                "InvalidEphemeralRunner",
+                str(exc),
+            )
+            log.error(
+                "undecodable EphemeralRunner; waiting for it to change",
+                namespace=key.namespace,
+                name=key.name,
+                error=str(exc),
+            )
             return None
         if er is None:
             return None
@@ -151,7 +158,11 @@ class RunnerReconciler:
             return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings))
         pod = await self.reader.get_or_none(PODS, key)
         now = self.clock()
-        decision = decide.decide_missing_pod(er, now, self.settings) if pod is None else decide.decide_pod(er, pod, now, self.settings)
+        decision = (
+            decide.decide_missing_pod(er, now, self.settings)
+            if pod is None
+            else decide.decide_pod(er, pod, now, self.settings)
+        )
         return await self._apply(er, pod, decision)
 
     async def _ensure_finalizers(self, er: EphemeralRunner) -> EphemeralRunner:
@@ -160,7 +171,10 @@ class RunnerReconciler:
         if not missing:
             return er
         return await self.writer.patch_merge(
-            EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), {"metadata": {"finalizers": current + missing}}, resource_version=er.metadata.resource_version
+            EPHEMERAL_RUNNERS,
+            EPHEMERAL_RUNNERS.key_of(er),
+            {"metadata": {"finalizers": current + missing}},
+            resource_version=er.metadata.resource_version,
         )
 
     # --- JIT config -------------------------------------------------------------------------------
@@ -182,19 +196,25 @@ class RunnerReconciler:
         work_folder = container.get("workingDir") or ""
         try:
             with anyio.fail_after(self.settings.actions_call_timeout):
-                jit = await client.generate_jit_config(er.spec.runner_scale_set_id, er.metadata.name, work_folder=work_folder)
+                jit = await client.generate_jit_config(
+                    er.spec.runner_scale_set_id, er.metadata.name, work_folder=work_folder
+                )
         except RunnerExistsError:
             self.metrics.jit_configs.labels("runner_exists").inc()
             try:
                 with anyio.fail_after(self.settings.actions_call_timeout):
                     result = await self._resolve_name_collision(er, client)
             except (ActionsError, TimeoutError) as exc:
-                await self.events.warning(er, "JitConfigFailed", f"runner name already registered, and resolving that failed: {_short(exc)}")
+                await self.events.warning(
+                    er, "JitConfigFailed", f"runner name already registered, and resolving that failed: {_short(exc)}"
+                )
                 raise
             raise _Stop(result) from None
         except (ActionsError, TimeoutError) as exc:
             self.metrics.jit_configs.labels("error").inc()
-            await self.events.warning(er, "JitConfigFailed", f"could not generate the runner's JIT config: {_short(exc)}")
+            await self.events.warning(
+                er, "JitConfigFailed", f"could not generate the runner's JIT config: {_short(exc)}"
+            )
             raise
         if jit.runner.id <= 0 or not jit.encoded_jit_config:
             self.metrics.jit_configs.labels("garbled").inc()
@@ -224,7 +244,11 @@ class RunnerReconciler:
             existing_id = None
         if existing_id == jit.runner.id:
             return existing
-        log.warning("JIT secret written concurrently for another registration; replacing it", namespace=key.namespace, name=key.name)
+        log.warning(
+            "JIT secret written concurrently for another registration; replacing it",
+            namespace=key.namespace,
+            name=key.name,
+        )
         await self.writer.delete(SECRETS, key, uid=existing.metadata.uid, missing_ok=True)
         raise _Stop(Result(requeue_after=0.0))
 
@@ -240,10 +264,16 @@ class RunnerReconciler:
                 await client.remove_runner(found.id)
             except RunnerNotFoundError:
                 pass
-            await self.events.normal(er, "StaleRegistrationRemoved", f"runner {name} (id {found.id}) was already registered in this scale set; removed it to register again")
+            await self.events.normal(
+                er,
+                "StaleRegistrationRemoved",
+                f"runner {name} (id {found.id}) was already registered in this scale set; removed it to register again",
+            )
             return Result(requeue_after=self.settings.runner_exists_requeue)
         await self.events.warning(
-            er, "RunnerNameTaken", f"runner name {name} is registered in scale set {found.runner_scale_set_id}, not {er.spec.runner_scale_set_id}; deleting the EphemeralRunner"
+            er,
+            "RunnerNameTaken",
+            f"runner name {name} is registered in scale set {found.runner_scale_set_id}, not {er.spec.runner_scale_set_id}; deleting the EphemeralRunner",
         )
         await self._delete_er(er, "RunnerNameTaken")
         return None
@@ -258,14 +288,20 @@ class RunnerReconciler:
         except SecretDataError:
             runner_id, raw_name = None, None
         if runner_id is None:
-            await self.events.warning(er, "InvalidJitSecret", f"secret {secret.metadata.name} has no usable runnerId; deleting it to register again")
+            await self.events.warning(
+                er,
+                "InvalidJitSecret",
+                f"secret {secret.metadata.name} has no usable runnerId; deleting it to register again",
+            )
             await self.writer.delete(SECRETS, SECRETS.key_of(secret), uid=secret.metadata.uid, missing_ok=True)
             raise _Stop(Result(requeue_after=0.0))
         name = raw_name.decode("utf-8", "replace") if raw_name else er.metadata.name
         patch = decide.runner_id_patch(er, runner_id, name)
         if patch is None:
             return er
-        return await self.writer.patch_status(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), patch, resource_version=er.metadata.resource_version)
+        return await self.writer.patch_status(
+            EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), patch, resource_version=er.metadata.resource_version
+        )
 
     # --- applying a decision ------------------------------------------------------------------------
 
@@ -282,24 +318,40 @@ class RunnerReconciler:
             case decide.RecordFailure(reason=reason, message=message, status_patch=patch):
                 assert pod is not None
                 if patch is not None:
-                    await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
+                    await self.writer.patch_status(
+                        EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
+                    )
                     self.metrics.pod_failures.labels(reason or "unknown").inc()
                     count = len((er.status or EphemeralRunnerStatus()).failures) + 1
-                    await self.events.warning(er, "RunnerPodFailed", f"pod {pod.metadata.name} failed (failure {count}; failure {self.settings.max_failures + 1} replaces the runner): {reason}: {message}".rstrip(": "))
+                    await self.events.warning(
+                        er,
+                        "RunnerPodFailed",
+                        f"pod {pod.metadata.name} failed (failure {count}; failure {self.settings.max_failures + 1} replaces the runner): {reason}: {message}".rstrip(
+                            ": "
+                        ),
+                    )
                 if not pod.metadata.is_deleting:
                     await self.writer.delete(PODS, key, uid=pod.metadata.uid, missing_ok=True)
                 return None
             case decide.MarkFailed(reason=reason, message=message):
                 return await self._mark_failed(er, message, reason)
             case decide.MarkOutdated(status_patch=patch):
-                await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
+                await self.writer.patch_status(
+                    EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
+                )
                 self.metrics.outdated.inc()
-                await self.events.warning(er, "RunnerOutdated", "the runner exited with the version-deprecated code (7); removing it from the service")
+                await self.events.warning(
+                    er,
+                    "RunnerOutdated",
+                    "the runner exited with the version-deprecated code (7); removing it from the service",
+                )
                 await self._remove_best_effort(er)
                 await self._cleanup_resources(er)
                 return None
             case decide.PatchStatus(status_patch=patch, requeue_after=after):
-                await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
+                await self.writer.patch_status(
+                    EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
+                )
                 return Result(requeue_after=after) if after is not None else None
             case decide.CreatePod():
                 return await self._create_pod(er)
@@ -309,7 +361,9 @@ class RunnerReconciler:
 
     async def _create_pod(self, er: EphemeralRunner) -> Result | None:
         try:
-            body = build.build_runner_pod(er, user_agent=self.user_agent, exclude_label_prefixes=self.exclude_label_prefixes)
+            body = build.build_runner_pod(
+                er, user_agent=self.user_agent, exclude_label_prefixes=self.exclude_label_prefixes
+            )
         except build.PodBuildError as exc:
             return await self._mark_failed(er, f"Failed to build the pod: {exc}")
         try:
@@ -338,8 +392,12 @@ class RunnerReconciler:
         (the second on the first's answer). A crash between them leaves a harmless stamp on a
         runner that is not Failed; the next failure stamps again."""
         key = EPHEMERAL_RUNNERS.key_of(er)
-        er = await self.writer.patch_merge(EPHEMERAL_RUNNERS, key, decide.failed_at_patch(self.clock()), resource_version=er.metadata.resource_version)
-        er = await self.writer.patch_status(EPHEMERAL_RUNNERS, key, decide.failed_patch(reason, message), resource_version=er.metadata.resource_version)
+        er = await self.writer.patch_merge(
+            EPHEMERAL_RUNNERS, key, decide.failed_at_patch(self.clock()), resource_version=er.metadata.resource_version
+        )
+        er = await self.writer.patch_status(
+            EPHEMERAL_RUNNERS, key, decide.failed_patch(reason, message), resource_version=er.metadata.resource_version
+        )
         self._count_failure(er, reason)
         return er
 
@@ -385,7 +443,12 @@ class RunnerReconciler:
                 await self.events.warning(er, "ActionsCredentialsUnavailable", str(exc))
                 raise
             self.metrics.service_removals.labels("not_registered").inc()
-            log.info("no Actions client for a runner that never registered; nothing to remove", namespace=er.metadata.namespace, name=er.metadata.name, error=_short(exc))
+            log.info(
+                "no Actions client for a runner that never registered; nothing to remove",
+                namespace=er.metadata.namespace,
+                name=er.metadata.name,
+                error=_short(exc),
+            )
             return
         with anyio.fail_after(self.settings.actions_call_timeout):
             if not runner_id:
@@ -398,16 +461,26 @@ class RunnerReconciler:
                 await client.remove_runner(runner_id)
             except RunnerNotFoundError:
                 self.metrics.service_removals.labels("not_found").inc()
-                log.info("runner already gone from the service", namespace=er.metadata.namespace, name=er.metadata.name, runner_id=runner_id)
+                log.info(
+                    "runner already gone from the service",
+                    namespace=er.metadata.namespace,
+                    name=er.metadata.name,
+                    runner_id=runner_id,
+                )
                 return
         self.metrics.service_removals.labels("removed").inc()
 
     async def _remove_best_effort(self, er: EphemeralRunner) -> None:
         try:
             await self._remove_runner(er)
-        except Exception as exc:  # noqa: BLE001 - best effort; the deletion path retries it
+        except Exception as exc:
             self.metrics.service_removals.labels("error").inc()
-            log.warning("could not remove runner from the service (retried on deletion)", namespace=er.metadata.namespace, name=er.metadata.name, error=_short(exc))
+            log.warning(
+                "could not remove runner from the service (retried on deletion)",
+                namespace=er.metadata.namespace,
+                name=er.metadata.name,
+                error=_short(exc),
+            )
 
     # --- deletion -----------------------------------------------------------------------------------------
 
@@ -441,19 +514,35 @@ class RunnerReconciler:
             return None
         except JobStillRunningError:
             self.metrics.service_removals.labels("job_still_running").inc()
-            if decide.should_abandon_removal(er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock(), self.settings):
-                await self.events.warning(er, "RunnerRemovalAbandoned", "the service still reports a job on this runner but its pod is gone; releasing the EphemeralRunner")
+            if decide.should_abandon_removal(
+                er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock(), self.settings
+            ):
+                await self.events.warning(
+                    er,
+                    "RunnerRemovalAbandoned",
+                    "the service still reports a job on this runner but its pod is gone; releasing the EphemeralRunner",
+                )
                 return None
-            log.info("runner still has a job; removal retried later", namespace=er.metadata.namespace, name=er.metadata.name)
+            log.info(
+                "runner still has a job; removal retried later", namespace=er.metadata.namespace, name=er.metadata.name
+            )
             return Result(requeue_after=self.settings.job_still_running_requeue)
         except KubeError:
             raise
         except Exception as exc:  # ActionsError, credentials unavailable, timeout
             self.metrics.service_removals.labels("error").inc()
-            if decide.should_abandon_removal(er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock(), self.settings):
-                await self.events.warning(er, "RunnerRemovalAbandoned", f"could not remove the runner from the service for too long ({_short(exc)}); releasing the EphemeralRunner")
+            if decide.should_abandon_removal(
+                er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock(), self.settings
+            ):
+                await self.events.warning(
+                    er,
+                    "RunnerRemovalAbandoned",
+                    f"could not remove the runner from the service for too long ({_short(exc)}); releasing the EphemeralRunner",
+                )
                 return None
-            await self.events.warning(er, "RunnerRemovalFailed", f"could not remove the runner from the service: {_short(exc)}")
+            await self.events.warning(
+                er, "RunnerRemovalFailed", f"could not remove the runner from the service: {_short(exc)}"
+            )
             raise
 
     async def _cleanup_resources(self, er: EphemeralRunner) -> None:
@@ -498,12 +587,18 @@ class RunnerReconciler:
             log.warning("job event does not match the EphemeralRunner; ignored", reason=why, **fields)
             return "mismatch"
         if jobs.conflicting_job(er, event):
-            log.warning("EphemeralRunner already records another job; event ignored", recorded=(er.status.job_id if er.status else ""), **fields)
+            log.warning(
+                "EphemeralRunner already records another job; event ignored",
+                recorded=(er.status.job_id if er.status else ""),
+                **fields,
+            )
             return "other_job"
         written = False
         patch = jobs.job_status_patch(er, event)
         if patch is not None:
-            er = await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
+            er = await self.writer.patch_status(
+                EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
+            )
             written = True
         mark = jobs.completion_patch(er, event)
         if mark is not None:

@@ -18,6 +18,9 @@ from typing import Any
 
 import anyio
 
+from services.runner.decide import RunnerSettings
+from services.runner.metrics import runner_metrics
+from services.runner.reconciler import RunnerReconciler
 from shared.api.constants import LABEL_EPHEMERAL_RUNNER
 from shared.bus import Delivery, subjects
 from shared.bus.messages import JobCompleted, JobStarted
@@ -25,9 +28,6 @@ from shared.kube import EPHEMERAL_RUNNERS, PODS, Controller
 from shared.log import get_logger
 from shared.version import version
 from shared.worker import SettingsError, WorkerContext, add_worker_arguments, load_worker_settings, run_worker
-from services.runner.decide import RunnerSettings
-from services.runner.metrics import runner_metrics
-from services.runner.reconciler import RunnerReconciler
 
 log = get_logger(__name__)
 
@@ -35,7 +35,12 @@ WORKER_NAME = "runner"
 CONTROLLER_NAME = "ephemeralrunner"
 
 
-def make_setup(runner_settings: RunnerSettings | None = None, *, exclude_label_prefixes: tuple[str, ...] = (), holder: dict[str, Any] | None = None):
+def make_setup(
+    runner_settings: RunnerSettings | None = None,
+    *,
+    exclude_label_prefixes: tuple[str, ...] = (),
+    holder: dict[str, Any] | None = None,
+):
     """The ``setup`` for :func:`shared.worker.running_worker` / ``run_worker``.
 
     ``holder`` (tests) receives the reconciler under ``"reconciler"``.
@@ -57,7 +62,9 @@ def make_setup(runner_settings: RunnerSettings | None = None, *, exclude_label_p
             holder["reconciler"] = reconciler
         runners = ctx.informers(EPHEMERAL_RUNNERS)
         pods = ctx.informers(PODS, label_selector=f"{LABEL_EPHEMERAL_RUNNER}=True")
-        controller = ctx.controller(CONTROLLER_NAME, reconciler.reconcile, [*ctx.for_(runners), *ctx.owns(pods, "EphemeralRunner")])
+        controller = ctx.controller(
+            CONTROLLER_NAME, reconciler.reconcile, [*ctx.for_(runners), *ctx.owns(pods, "EphemeralRunner")]
+        )
 
         async def on_job(delivery: Delivery) -> None:
             message = delivery.message
@@ -81,14 +88,54 @@ def make_setup(runner_settings: RunnerSettings | None = None, *, exclude_label_p
 
 _RUNNER_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     # (field, flag, env, help)
-    ("failure_backoff", "--failure-backoff", "RUNNERSCALE_RUNNER_FAILURE_BACKOFF", "seconds to wait before recreating a failed pod, by failure count, comma-separated (ARC: 0,5,10,20,40,80)"),
-    ("max_failures", "--max-failures", "RUNNERSCALE_RUNNER_MAX_FAILURES", "pod failures tolerated without a job; one more deletes the EphemeralRunner (ARC: 5)"),
-    ("pod_start_deadline", "--pod-start-deadline", "RUNNERSCALE_RUNNER_POD_START_DEADLINE", "seconds a runner pod may stay Pending before its runner is deleted and unregistered (0 = never)"),
-    ("hung_after_job_grace", "--hung-after-job-grace", "RUNNERSCALE_RUNNER_HUNG_AFTER_JOB_GRACE", "seconds a runner may stay up after the service reported its job completed (0 = never)"),
-    ("job_still_running_requeue", "--job-still-running-requeue", "RUNNERSCALE_RUNNER_JOB_STILL_RUNNING_REQUEUE", "seconds between removal attempts of a deleting runner that still has a job"),
-    ("removal_give_up_after", "--removal-give-up-after", "RUNNERSCALE_RUNNER_REMOVAL_GIVE_UP_AFTER", "seconds after which a deleting runner whose pod is gone is released even if the service still refuses removal (0 = never)"),
-    ("quota_retry", "--quota-retry", "RUNNERSCALE_RUNNER_QUOTA_RETRY", "seconds between pod creation attempts refused by a ResourceQuota"),
-    ("quota_give_up_after", "--quota-give-up-after", "RUNNERSCALE_RUNNER_QUOTA_GIVE_UP_AFTER", "age of an EphemeralRunner after which a quota refusal deletes it"),
+    (
+        "failure_backoff",
+        "--failure-backoff",
+        "RUNNERSCALE_RUNNER_FAILURE_BACKOFF",
+        "seconds to wait before recreating a failed pod, by failure count, comma-separated (ARC: 0,5,10,20,40,80)",
+    ),
+    (
+        "max_failures",
+        "--max-failures",
+        "RUNNERSCALE_RUNNER_MAX_FAILURES",
+        "pod failures tolerated without a job; one more deletes the EphemeralRunner (ARC: 5)",
+    ),
+    (
+        "pod_start_deadline",
+        "--pod-start-deadline",
+        "RUNNERSCALE_RUNNER_POD_START_DEADLINE",
+        "seconds a runner pod may stay Pending before its runner is deleted and unregistered (0 = never)",
+    ),
+    (
+        "hung_after_job_grace",
+        "--hung-after-job-grace",
+        "RUNNERSCALE_RUNNER_HUNG_AFTER_JOB_GRACE",
+        "seconds a runner may stay up after the service reported its job completed (0 = never)",
+    ),
+    (
+        "job_still_running_requeue",
+        "--job-still-running-requeue",
+        "RUNNERSCALE_RUNNER_JOB_STILL_RUNNING_REQUEUE",
+        "seconds between removal attempts of a deleting runner that still has a job",
+    ),
+    (
+        "removal_give_up_after",
+        "--removal-give-up-after",
+        "RUNNERSCALE_RUNNER_REMOVAL_GIVE_UP_AFTER",
+        "seconds after which a deleting runner whose pod is gone is released even if the service still refuses removal (0 = never)",
+    ),
+    (
+        "quota_retry",
+        "--quota-retry",
+        "RUNNERSCALE_RUNNER_QUOTA_RETRY",
+        "seconds between pod creation attempts refused by a ResourceQuota",
+    ),
+    (
+        "quota_give_up_after",
+        "--quota-give-up-after",
+        "RUNNERSCALE_RUNNER_QUOTA_GIVE_UP_AFTER",
+        "age of an EphemeralRunner after which a quota refusal deletes it",
+    ),
 )
 
 
@@ -106,7 +153,9 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_runner_settings(args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> tuple[RunnerSettings, tuple[str, ...]]:
+def load_runner_settings(
+    args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[RunnerSettings, tuple[str, ...]]:
     """Defaults < environment < flags. Raises :class:`SettingsError` naming the flag."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
@@ -140,7 +189,9 @@ def load_runner_settings(args: argparse.Namespace | None = None, environ: Mappin
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="runnerscale runner", description="runnerscale runner worker: reconciles EphemeralRunners")
+    parser = argparse.ArgumentParser(
+        prog="runnerscale runner", description="runnerscale runner worker: reconciles EphemeralRunners"
+    )
     add_worker_arguments(parser)
     add_runner_arguments(parser)
     args = parser.parse_args(list(argv))

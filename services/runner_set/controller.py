@@ -13,22 +13,31 @@ import base64
 import datetime as dt
 import logging
 from collections.abc import Callable
-
-import anyio
 from typing import Any
 
+import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from services.runner_set import decide, failures
 from services.runner_set.decide import Plan
 from services.runner_set.failures import FailurePolicy
-from services.scale_set.names import runner_proxy_secret_name
 from shared.actions import ActionsError, JobStillRunningError, RunnerNotFoundError, parse_config_url
 from shared.api import EphemeralRunner, EphemeralRunnerSet, validate
 from shared.api.constants import FINALIZER_EPHEMERAL_RUNNER_SET, LABEL_SCALE_SET_NAME, LABEL_SCALE_SET_NAMESPACE
+from shared.api.names import runner_proxy_secret_name
 from shared.bus import Delivery, DesiredState, NotOwner, ResourceRef, RevisionApplied, ShardChange, subjects
 from shared.bus.errors import BusError
-from shared.kube import EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, SECRETS, BadRequest, Conflict, Controller, Invalid, NotFound, ObjectKey, Result
+from shared.kube import (
+    EPHEMERAL_RUNNER_SETS,
+    EPHEMERAL_RUNNERS,
+    SECRETS,
+    BadRequest,
+    Conflict,
+    Controller,
+    Invalid,
+    ObjectKey,
+    Result,
+)
 from shared.log import get_logger
 from shared.worker import ActionsCredentialsUnavailable, WorkerContext
 
@@ -48,14 +57,29 @@ Clock = Callable[[], dt.datetime]
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 class RunnerSetMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.pending = Gauge("gha_controller_pending_ephemeral_runners", "Number of ephemeral runners in a pending state.", GAUGE_LABELS, registry=registry)
-        self.running = Gauge("gha_controller_running_ephemeral_runners", "Number of ephemeral runners in a running state.", GAUGE_LABELS, registry=registry)
-        self.failed = Gauge("gha_controller_failed_ephemeral_runners", "Number of ephemeral runners in a failed state.", GAUGE_LABELS, registry=registry)
+        self.pending = Gauge(
+            "gha_controller_pending_ephemeral_runners",
+            "Number of ephemeral runners in a pending state.",
+            GAUGE_LABELS,
+            registry=registry,
+        )
+        self.running = Gauge(
+            "gha_controller_running_ephemeral_runners",
+            "Number of ephemeral runners in a running state.",
+            GAUGE_LABELS,
+            registry=registry,
+        )
+        self.failed = Gauge(
+            "gha_controller_failed_ephemeral_runners",
+            "Number of ephemeral runners in a failed state.",
+            GAUGE_LABELS,
+            registry=registry,
+        )
         self.revision_lag = Gauge(
             "runnerscale_runner_set_revision_lag",
             "spec.actionableRevision - status.appliedActionableRevision: a runner spec update not yet rolled out.",
@@ -63,7 +87,10 @@ class RunnerSetMetrics:
             registry=registry,
         )
         self.desired_applied = Gauge(
-            "runnerscale_runner_set_desired_replicas", "spec.replicas as last applied from the listener.", GAUGE_LABELS, registry=registry
+            "runnerscale_runner_set_desired_replicas",
+            "spec.replicas as last applied from the listener.",
+            GAUGE_LABELS,
+            registry=registry,
         )
         self.backoff_seconds = Gauge(
             "runnerscale_runner_set_failure_backoff_seconds",
@@ -71,7 +98,12 @@ class RunnerSetMetrics:
             GAUGE_LABELS,
             registry=registry,
         )
-        self.backoff_level = Gauge("runnerscale_runner_set_failure_backoff_level", "Failure-budget backoff level (0: none).", GAUGE_LABELS, registry=registry)
+        self.backoff_level = Gauge(
+            "runnerscale_runner_set_failure_backoff_level",
+            "Failure-budget backoff level (0: none).",
+            GAUGE_LABELS,
+            registry=registry,
+        )
         self.budget_failures = Gauge(
             "runnerscale_runner_set_failure_budget_failures",
             "Runner failures of the current revision counted in the failure-budget window.",
@@ -79,7 +111,10 @@ class RunnerSetMetrics:
             registry=registry,
         )
         self.backoffs = Counter(
-            "runnerscale_runner_set_failure_backoffs_total", "Failure-budget escalations (runner creation backed off).", GAUGE_LABELS, registry=registry
+            "runnerscale_runner_set_failure_backoffs_total",
+            "Failure-budget escalations (runner creation backed off).",
+            GAUGE_LABELS,
+            registry=registry,
         )
         self.failed_replaced = Counter(
             "runnerscale_runner_set_failed_runners_replaced_total",
@@ -230,7 +265,9 @@ class RunnerSetWorker:
         problems = validate(ers)
         if problems:
             text = "; ".join(f"{p.path}: {p.message}" for p in problems)
-            log.warning("invalid EphemeralRunnerSet; not scaling", namespace=key.namespace, name=key.name, problems=text)
+            log.warning(
+                "invalid EphemeralRunnerSet; not scaling", namespace=key.namespace, name=key.name, problems=text
+            )
             await ctx.events.warning(ers, "InvalidSpec", text)
             return None
         proxy_secret = ""
@@ -242,8 +279,15 @@ class RunnerSetWorker:
         self.metrics.set(key, ers, b)
         now = self.clock()
         p = decide.plan(ers, b, now, self.policy)
-        if p.reason not in ("steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed") or log_debug_enabled():
-            (log.debug if p.reason in ("steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed") else log.info)(
+        if (
+            p.reason not in ("steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed")
+            or log_debug_enabled()
+        ):
+            (
+                log.debug
+                if p.reason in ("steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed")
+                else log.info
+            )(
                 "reconcile",
                 namespace=key.namespace,
                 name=key.name,
@@ -277,7 +321,12 @@ class RunnerSetWorker:
             try:
                 last = await self.ctx.bus.last_message(subjects.desired_subject(key.namespace, key.name))
             except BusError as exc:
-                log.warning("latest desired state unreadable; using delivered messages only", namespace=key.namespace, name=key.name, error=str(exc))
+                log.warning(
+                    "latest desired state unreadable; using delivered messages only",
+                    namespace=key.namespace,
+                    name=key.name,
+                    error=str(exc),
+                )
             else:
                 if isinstance(last, DesiredState):
                     candidate = decide.newer_desired(candidate, last)
@@ -286,15 +335,27 @@ class RunnerSetWorker:
             return ers
         problem = decide.desired_problem(candidate)
         if problem is not None:
-            log.warning("desired state rejected", namespace=key.namespace, name=key.name, problem=problem, epoch=candidate.listener_epoch)
-            await self.ctx.events.warning(ers, "InvalidDesiredState", f"desired state from listener epoch {candidate.listener_epoch} rejected: {problem}")
+            log.warning(
+                "desired state rejected",
+                namespace=key.namespace,
+                name=key.name,
+                problem=problem,
+                epoch=candidate.listener_epoch,
+            )
+            await self.ctx.events.warning(
+                ers,
+                "InvalidDesiredState",
+                f"desired state from listener epoch {candidate.listener_epoch} rejected: {problem}",
+            )
             self._settle(key, candidate)
             return ers
         patch = decide.desired_patch(ers, candidate)
         if patch is None:
             self._settle(key, candidate)
             return ers
-        updated = await self.ctx.writer.patch_merge(EPHEMERAL_RUNNER_SETS, key, patch, resource_version=ers.metadata.resource_version)
+        updated = await self.ctx.writer.patch_merge(
+            EPHEMERAL_RUNNER_SETS, key, patch, resource_version=ers.metadata.resource_version
+        )
         log.info(
             "desired state applied",
             namespace=key.namespace,
@@ -335,7 +396,9 @@ class RunnerSetWorker:
 
     # --- failed runners (TTL swap, failure budget) ------------------------------------------------------
 
-    async def _apply_budget(self, key: ObjectKey, ers: EphemeralRunnerSet, a: failures.Assessment) -> EphemeralRunnerSet:
+    async def _apply_budget(
+        self, key: ObjectKey, ers: EphemeralRunnerSet, a: failures.Assessment
+    ) -> EphemeralRunnerSet:
         """Write the failure-budget record (locked on the read's resourceVersion: a 409 re-reads and
         decides again) before anything it accounts for is deleted; then say what changed."""
         if a.record is not None:
@@ -346,7 +409,13 @@ class RunnerSetWorker:
                 resource_version=ers.metadata.resource_version,
             )
         if a.escalated:
-            log.warning("failure budget exhausted; runner creation backed off", namespace=key.namespace, name=key.name, failures=a.failures, level=a.level)
+            log.warning(
+                "failure budget exhausted; runner creation backed off",
+                namespace=key.namespace,
+                name=key.name,
+                failures=a.failures,
+                level=a.level,
+            )
             await self.ctx.events.warning(ers, "RunnerFailureBackoff", a.message)
         elif a.reset:
             log.info("failure budget reset", namespace=key.namespace, name=key.name, why=a.reset)
@@ -368,18 +437,33 @@ class RunnerSetWorker:
                         client = await self.ctx.actions.for_spec(ers.metadata.namespace, ers.spec.ephemeral_runner_spec)
                     except ActionsCredentialsUnavailable as exc:
                         client_unusable = True  # best effort: the runner's own finalizer retries the removal
-                        log.warning("no Actions client to remove failed runners; deleting them anyway", namespace=ers.metadata.namespace, name=ers.metadata.name, error=str(exc))
+                        log.warning(
+                            "no Actions client to remove failed runners; deleting them anyway",
+                            namespace=ers.metadata.namespace,
+                            name=ers.metadata.name,
+                            error=str(exc),
+                        )
                 if client is not None:
                     try:
                         await client.remove_runner(rid)
                     except JobStillRunningError:
                         kept += 1
-                        log.info("failed runner still has a job at the service; kept", namespace=er.metadata.namespace, name=er.metadata.name, runner_id=rid)
+                        log.info(
+                            "failed runner still has a job at the service; kept",
+                            namespace=er.metadata.namespace,
+                            name=er.metadata.name,
+                            runner_id=rid,
+                        )
                         continue
                     except RunnerNotFoundError:
                         pass
                     except ActionsError as exc:
-                        log.warning("remove failed runner from the service failed; deleting it anyway", namespace=er.metadata.namespace, name=er.metadata.name, error=str(exc))
+                        log.warning(
+                            "remove failed runner from the service failed; deleting it anyway",
+                            namespace=er.metadata.namespace,
+                            name=er.metadata.name,
+                            error=str(exc),
+                        )
             if er.metadata.uid in p.replace:
                 await self._create_runners(ers, 1, proxy_secret, replaces=er.metadata.uid)
             await self._delete_runner(er)
@@ -391,7 +475,8 @@ class RunnerSetWorker:
                 ers,
                 "FailedRunnerReplaced",
                 f"runner {er.metadata.name} failed ({why or 'no reason given'}) at {at.isoformat() if at else 'an unknown time'};"
-                f" removed after {self.policy.failed_runner_ttl:g}s" + (" and replaced" if er.metadata.uid in p.replace else " (replicas no longer want a replacement)"),
+                f" removed after {self.policy.failed_runner_ttl:g}s"
+                + (" and replaced" if er.metadata.uid in p.replace else " (replicas no longer want a replacement)"),
             )
         return Result(requeue_after=JOB_STILL_RUNNING_RETRY) if kept else None
 
@@ -406,7 +491,7 @@ class RunnerSetWorker:
             async with limiter:
                 try:
                     await self.ctx.writer.create(EPHEMERAL_RUNNERS, body)
-                except Exception as exc:  # noqa: BLE001 - collected, re-raised below
+                except Exception as exc:
                     failures.append(exc)
 
         async with anyio.create_task_group() as tg:
@@ -418,25 +503,49 @@ class RunnerSetWorker:
                 await self.ctx.events.warning(ers, "RunnerCreateFailed", str(exc))
             raise exc
 
-    async def _patch_status(self, key: ObjectKey, ers: EphemeralRunnerSet, fields: dict[str, Any]) -> EphemeralRunnerSet:
-        return await self.ctx.writer.patch_status(EPHEMERAL_RUNNER_SETS, key, {"status": fields}, resource_version=ers.metadata.resource_version)
+    async def _patch_status(
+        self, key: ObjectKey, ers: EphemeralRunnerSet, fields: dict[str, Any]
+    ) -> EphemeralRunnerSet:
+        return await self.ctx.writer.patch_status(
+            EPHEMERAL_RUNNER_SETS, key, {"status": fields}, resource_version=ers.metadata.resource_version
+        )
 
     async def _revision_applied(self, ers: EphemeralRunnerSet, revision: int) -> None:
         phase = str(ers.status.phase) if ers.status else ""
         try:
-            self.ctx.bus.enqueue(RevisionApplied(ers=ResourceRef(ers.metadata.namespace, ers.metadata.name), revision=revision, phase=phase))
+            self.ctx.bus.enqueue(
+                RevisionApplied(
+                    ers=ResourceRef(ers.metadata.namespace, ers.metadata.name), revision=revision, phase=phase
+                )
+            )
         except BusError as exc:
-            log.error("RevisionApplied not queued", namespace=ers.metadata.namespace, name=ers.metadata.name, error=str(exc))
-        log.info("actionable revision applied", namespace=ers.metadata.namespace, name=ers.metadata.name, revision=revision, phase=phase)
-        await self.ctx.events.normal(ers, "RevisionApplied", f"runner spec revision {revision} applied: idle and pending runners of older revisions removed")
+            log.error(
+                "RevisionApplied not queued", namespace=ers.metadata.namespace, name=ers.metadata.name, error=str(exc)
+            )
+        log.info(
+            "actionable revision applied",
+            namespace=ers.metadata.namespace,
+            name=ers.metadata.name,
+            revision=revision,
+            phase=phase,
+        )
+        await self.ctx.events.normal(
+            ers,
+            "RevisionApplied",
+            f"runner spec revision {revision} applied: idle and pending runners of older revisions removed",
+        )
 
     async def _delete_runner(self, er: EphemeralRunner) -> None:
         try:
-            await self.ctx.writer.delete(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), uid=er.metadata.uid, missing_ok=True)
+            await self.ctx.writer.delete(
+                EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), uid=er.metadata.uid, missing_ok=True
+            )
         except Conflict:
             pass  # a namesake replaced it: not ours to delete
 
-    async def _remove_idle(self, ers: EphemeralRunnerSet, candidates: list[EphemeralRunner], count: int) -> Result | None:
+    async def _remove_idle(
+        self, ers: EphemeralRunnerSet, candidates: list[EphemeralRunner], count: int
+    ) -> Result | None:
         """Remove runners from the Actions service first, then delete them (ARC's order), stopping
         after ``count``. A runner that took a job meanwhile (JobStillRunning) is skipped."""
         client = None
@@ -451,7 +560,12 @@ class RunnerSetWorker:
                     try:
                         client = await self.ctx.actions.for_spec(ers.metadata.namespace, ers.spec.ephemeral_runner_spec)
                     except ActionsCredentialsUnavailable as exc:
-                        log.warning("cannot remove idle runners: no Actions client", namespace=ers.metadata.namespace, name=ers.metadata.name, error=str(exc))
+                        log.warning(
+                            "cannot remove idle runners: no Actions client",
+                            namespace=ers.metadata.namespace,
+                            name=ers.metadata.name,
+                            error=str(exc),
+                        )
                         await self.ctx.events.warning(ers, "ActionsClientUnavailable", str(exc))
                         return Result(requeue_after=ACTIONS_RETRY)
                 try:
@@ -462,7 +576,13 @@ class RunnerSetWorker:
                     pass  # already gone from the service
                 except ActionsError as exc:
                     failed += 1
-                    log.warning("remove runner failed", namespace=er.metadata.namespace, name=er.metadata.name, runner_id=rid, error=str(exc))
+                    log.warning(
+                        "remove runner failed",
+                        namespace=er.metadata.namespace,
+                        name=er.metadata.name,
+                        runner_id=rid,
+                        error=str(exc),
+                    )
                     continue
             await self._delete_runner(er)
             removed += 1
@@ -490,7 +610,6 @@ class RunnerSetWorker:
             await self._remove_idle(ers, dp.remove, len(dp.remove))
         return Result(requeue_after=DELETION_REQUEUE)
 
-
     # --- proxy Secret (arc-controllers.md §3.5) -------------------------------------------------------
 
     async def _ensure_proxy_secret(self, ers: EphemeralRunnerSet) -> str:
@@ -510,15 +629,27 @@ class RunnerSetWorker:
                 creds[ref] = (_text(secret, "username"), _text(secret, "password"))
         data = {k: base64.b64encode(v.encode()).decode() for k, v in decide.proxy_secret_data(proxy, creds).items()}
         name = runner_proxy_secret_name(ers.metadata.name, ns)
-        labels = {k: ers.metadata.labels[k] for k in (LABEL_SCALE_SET_NAME, LABEL_SCALE_SET_NAMESPACE) if k in ers.metadata.labels}
+        labels = {
+            k: ers.metadata.labels[k]
+            for k in (LABEL_SCALE_SET_NAME, LABEL_SCALE_SET_NAMESPACE)
+            if k in ers.metadata.labels
+        }
         current = await ctx.reader.get_or_none(SECRETS, ObjectKey(ns, name))
         if current is None:
             body = decide.new_runner(ers)["metadata"]["ownerReferences"]
             await ctx.writer.create(
-                SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": body}, "data": data}
+                SECRETS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": body},
+                    "data": data,
+                },
             )
         elif current.data != data:
-            await ctx.writer.patch_merge(SECRETS, ObjectKey(ns, name), {"data": data}, resource_version=current.metadata.resource_version)
+            await ctx.writer.patch_merge(
+                SECRETS, ObjectKey(ns, name), {"data": data}, resource_version=current.metadata.resource_version
+            )
         return name
 
 
@@ -535,7 +666,9 @@ def setup(ctx: WorkerContext) -> list[Controller]:
     return RunnerSetWorker(ctx).setup()
 
 
-def make_setup(policy: FailurePolicy | None = None, *, clock: Clock = utcnow, holder: dict[str, Any] | None = None) -> Callable[[WorkerContext], list[Controller]]:
+def make_setup(
+    policy: FailurePolicy | None = None, *, clock: Clock = utcnow, holder: dict[str, Any] | None = None
+) -> Callable[[WorkerContext], list[Controller]]:
     """A ``setup`` with explicit failure settings (``holder`` receives the worker under "worker")."""
 
     def _setup(ctx: WorkerContext) -> list[Controller]:

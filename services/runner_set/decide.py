@@ -56,7 +56,12 @@ EPOCH_RESET_GRACE = dt.timedelta(seconds=120)
 
 # ERS annotations that are not copied onto runners.
 _NOT_PROPAGATED = frozenset(
-    {ANNOTATION_APPLIED_DESIRED_STATE, ANNOTATION_INTEGRITY_HASH, failures.ANNOTATION_FAILURE_BUDGET, "kubectl.kubernetes.io/last-applied-configuration"}
+    {
+        ANNOTATION_APPLIED_DESIRED_STATE,
+        ANNOTATION_INTEGRITY_HASH,
+        failures.ANNOTATION_FAILURE_BUDGET,
+        "kubectl.kubernetes.io/last-applied-configuration",
+    }
 )
 
 
@@ -64,7 +69,7 @@ _NOT_PROPAGATED = frozenset(
 
 
 def _created(er: EphemeralRunner) -> tuple[dt.datetime, str]:
-    ts = er.metadata.creation_timestamp or dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    ts = er.metadata.creation_timestamp or dt.datetime.min.replace(tzinfo=dt.UTC)
     return (ts, er.metadata.name)
 
 
@@ -186,7 +191,7 @@ def parse_applied_desired(annotations: dict[str, str]) -> AppliedDesired | None:
 
 
 def _time(t: dt.datetime) -> dt.datetime:
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 def supersedes(epoch: int, time: dt.datetime, applied: AppliedDesired | None) -> bool:
@@ -230,7 +235,9 @@ def desired_patch(ers: EphemeralRunnerSet, msg: DesiredState) -> dict[str, Any] 
     applied = parse_applied_desired(ers.metadata.annotations)
     if not supersedes(msg.listener_epoch, msg.time, applied):
         return None
-    record = AppliedDesired(epoch=msg.listener_epoch, time=_time(msg.time), patch_id=msg.patch_id, replicas=msg.replicas)
+    record = AppliedDesired(
+        epoch=msg.listener_epoch, time=_time(msg.time), patch_id=msg.patch_id, replicas=msg.replicas
+    )
     unchanged = ers.spec.replicas == msg.replicas and ers.spec.patch_id == msg.patch_id
     if unchanged and applied is not None and applied.epoch == record.epoch and _time(applied.time) == record.time:
         return None
@@ -296,7 +303,9 @@ def scale_up_suppressed(patch_id: int, marker: int | None) -> bool:
 def desired_status(ers: EphemeralRunnerSet, b: Buckets, applied_revision: int) -> dict[str, Any]:
     """Counts and phase. The phase is recomputed in both directions: Outdated while a runner at
     the applied (or a newer) revision reports Outdated, else Running."""
-    phase = EphemeralRunnerSetPhase.OUTDATED if current_outdated(b, applied_revision) else EphemeralRunnerSetPhase.RUNNING
+    phase = (
+        EphemeralRunnerSetPhase.OUTDATED if current_outdated(b, applied_revision) else EphemeralRunnerSetPhase.RUNNING
+    )
     return {
         "currentReplicas": b.scale_total,
         "pendingEphemeralRunners": len(b.pending),
@@ -314,7 +323,9 @@ def status_diff(status: EphemeralRunnerSetStatus | None, wanted: dict[str, Any])
     return diff or None
 
 
-def plan(ers: EphemeralRunnerSet, b: Buckets, now: dt.datetime | None = None, policy: FailurePolicy | None = None) -> Plan:
+def plan(
+    ers: EphemeralRunnerSet, b: Buckets, now: dt.datetime | None = None, policy: FailurePolicy | None = None
+) -> Plan:
     """What one reconcile of a live (not deleting) EphemeralRunnerSet does next.
 
     ``policy`` None: ARC's rules (Failed runners are kept and count toward replicas forever);
@@ -332,7 +343,9 @@ def plan(ers: EphemeralRunnerSet, b: Buckets, now: dt.datetime | None = None, po
         terminated = [er for er in (*b.finished, *b.failed, *b.outdated) if old(er)]
         idle_old = [er for er in (*b.pending, *b.running) if old(er) and not has_job(er)]
         if terminated or idle_old:
-            return Plan("revision-cleanup", delete=terminated, remove=idle_old, remove_count=len(idle_old), requeue=True)
+            return Plan(
+                "revision-cleanup", delete=terminated, remove=idle_old, remove_count=len(idle_old), requeue=True
+            )
         wanted = desired_status(ers, b, target)
         fields = {**wanted, "appliedActionableRevision": target, "finishedRunnerCleanupPatchID": None}
         return Plan("revision-applied", status=fields, publish_applied=target, requeue=True)
@@ -354,7 +367,7 @@ def plan(ers: EphemeralRunnerSet, b: Buckets, now: dt.datetime | None = None, po
     #    while the set's failure budget is exhausted.
     if policy is None:
         return _scale(ers, b, status_fields, None)
-    a = failures.assess(ers, b.failed, [*b.pending, *b.running, *b.finished], now or dt.datetime.now(dt.timezone.utc), policy)
+    a = failures.assess(ers, b.failed, [*b.pending, *b.running, *b.finished], now or dt.datetime.now(dt.UTC), policy)
     if a.expired:
         repl = failures.replacements(a.expired, b.all, spec.replicas, b.scale_up_total)
         return Plan("failed-ttl", reap=a.expired, replace=repl, status=status_fields, budget=a, requeue=True)
@@ -362,7 +375,9 @@ def plan(ers: EphemeralRunnerSet, b: Buckets, now: dt.datetime | None = None, po
     return replace(p, budget=a, requeue_after=a.next_check)
 
 
-def _scale(ers: EphemeralRunnerSet, b: Buckets, status_fields: dict[str, Any] | None, blocked_until: dt.datetime | None) -> Plan:
+def _scale(
+    ers: EphemeralRunnerSet, b: Buckets, status_fields: dict[str, Any] | None, blocked_until: dt.datetime | None
+) -> Plan:
     spec, status = ers.spec, ers.status or EphemeralRunnerSetStatus()
     marker = status.finished_runner_cleanup_patch_id
 
@@ -386,7 +401,11 @@ def _scale(ers: EphemeralRunnerSet, b: Buckets, status_fields: dict[str, Any] | 
     if spec.patch_id == 0 and b.scale_total > spec.replicas:
         count = b.scale_total - spec.replicas
         remove = idle_candidates(b)
-    reason = "scale-up" if create else ("scale-down" if count else ("scale-up-suppressed" if spec.replicas > b.scale_up_total else "steady"))
+    reason = (
+        "scale-up"
+        if create
+        else ("scale-down" if count else ("scale-up-suppressed" if spec.replicas > b.scale_up_total else "steady"))
+    )
     if blocked_until is not None and spec.replicas > b.scale_up_total and not create:
         reason = "failure-backoff"
     # Deletions and creations wake the set through runner events; a scale-down that fell short
@@ -423,11 +442,15 @@ def proxy_secret_data(proxy: ProxyConfig, credentials: dict[str, tuple[str, str]
     def url(server: ProxyServerConfig | None) -> str:
         if server is None or not server.url:
             return ""
-        user, password = credentials.get(server.credential_secret_ref, ("", "")) if server.credential_secret_ref else ("", "")
+        user, password = (
+            credentials.get(server.credential_secret_ref, ("", "")) if server.credential_secret_ref else ("", "")
+        )
         if not user:
             return server.url
         p = urlsplit(server.url)
-        netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{p.hostname or ''}" + (f":{p.port}" if p.port else "")
+        netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{p.hostname or ''}" + (
+            f":{p.port}" if p.port else ""
+        )
         return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
 
     return {"http_proxy": url(proxy.http), "https_proxy": url(proxy.https), "no_proxy": ",".join(proxy.no_proxy)}
@@ -468,7 +491,10 @@ def new_runner(ers: EphemeralRunnerSet, proxy_secret: str = "", replaces: str = 
                 }
             ],
         },
-        "spec": {**msgspec.to_builtins(ers.spec.ephemeral_runner_spec), **({"proxySecretRef": proxy_secret} if proxy_secret else {})},
+        "spec": {
+            **msgspec.to_builtins(ers.spec.ephemeral_runner_spec),
+            **({"proxySecretRef": proxy_secret} if proxy_secret else {}),
+        },
     }
 
 

@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from services.runner.decide import ANNOTATION_FAILED_AT  # on an ER: when it failed (runner worker)
 from shared.api import EphemeralRunner, EphemeralRunnerSet, runner_revision
+from shared.api.constants import ANNOTATION_FAILED_AT  # on an ER: when it failed (runner worker)
 
 # On the ERS: the failure budget record (written by the runner-set worker only).
 ANNOTATION_FAILURE_BUDGET = "actions.github.com/runner-failure-budget"
@@ -102,7 +102,7 @@ class BudgetRecord(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=T
 
 
 def _utc(t: dt.datetime) -> dt.datetime:
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 def parse_record(annotations: dict[str, str]) -> BudgetRecord | None:
@@ -141,7 +141,9 @@ def failed_at(er: EphemeralRunner) -> dt.datetime | None:
             return _utc(dt.datetime.fromisoformat(raw.replace("Z", "+00:00")))
         except ValueError:
             pass
-    candidates = [t for t in (er.metadata.creation_timestamp, er.status.last_failure() if er.status else None) if t is not None]
+    candidates = [
+        t for t in (er.metadata.creation_timestamp, er.status.last_failure() if er.status else None) if t is not None
+    ]
     return _utc(max(_utc(t) for t in candidates)) if candidates else None
 
 
@@ -190,7 +192,11 @@ def assess(
         return at > horizon and (rec.reset_at is None or at >= rec.reset_at)
 
     # Failures in the window: those recorded (reaped already) and the Failed runners present.
-    present = {er.metadata.uid: at for er in failed if runner_revision(er.metadata) >= revision and (at := failed_at(er)) is not None}
+    present = {
+        er.metadata.uid: at
+        for er in failed
+        if runner_revision(er.metadata) >= revision and (at := failed_at(er)) is not None
+    }
     counted = {uid: at for uid, at in {**rec.failures, **present}.items() if counts(at)}
 
     level, since, until, reset_at = rec.level, rec.since, rec.until, rec.reset_at
@@ -208,7 +214,13 @@ def assess(
         first = min(counted.values(), default=since)
         for er in others:
             created = er.metadata.creation_timestamp
-            if runner_revision(er.metadata) >= revision and _job_or_done(er) and created is not None and first is not None and _utc(created) >= first:
+            if (
+                runner_revision(er.metadata) >= revision
+                and _job_or_done(er)
+                and created is not None
+                and first is not None
+                and _utc(created) >= first
+            ):
                 reset = "RunnerSucceeded"
                 message = f"runner {er.metadata.name} got a job: failure budget reset ({len(counted)} failure(s) forgiven, backoff level {level} cleared)"
                 level, since, until, reset_at, counted = 0, None, None, now, {}
@@ -261,7 +273,9 @@ def assess(
     record = None
     if write:
         newest = dict(sorted(counted.items(), key=lambda kv: kv[1], reverse=True)[:MAX_RECORDED])
-        record = encode_record(BudgetRecord(revision=revision, level=level, since=since, until=until, reset_at=reset_at, failures=newest))
+        record = encode_record(
+            BudgetRecord(revision=revision, level=level, since=since, until=until, reset_at=reset_at, failures=newest)
+        )
     return Assessment(
         record=record,
         blocked_until=blocked,
@@ -275,7 +289,9 @@ def assess(
     )
 
 
-def replacements(expired: list[EphemeralRunner], all_runners: list[EphemeralRunner], replicas: int, scale_up_total: int) -> list[str]:
+def replacements(
+    expired: list[EphemeralRunner], all_runners: list[EphemeralRunner], replicas: int, scale_up_total: int
+) -> list[str]:
     """UIDs of expired Failed runners to create a replacement for: not already replaced (a
     replacement survives a crash before the delete), and only while ``replicas`` wants them
     (everything but the expired runners counts, replacements already made included)."""

@@ -16,16 +16,41 @@ from shared.worker import SettingsError
 
 # (field, flag, env, type, help)
 OPTIONS: tuple[tuple[str, str, str, type, str], ...] = (
-    ("failed_runner_ttl", "--failed-runner-ttl", "RUNNERSCALE_FAILED_RUNNER_TTL", float,
-     "seconds a Failed EphemeralRunner is kept (visible, counted) before it is removed and replaced; 0 = never (ARC) [default 300]"),
-    ("budget_failures", "--failure-budget", "RUNNERSCALE_FAILURE_BUDGET", int,
-     "runner failures of one set tolerated within --failure-budget-window; one more backs runner creation off; 0 = no budget [default 5]"),
-    ("budget_window", "--failure-budget-window", "RUNNERSCALE_FAILURE_BUDGET_WINDOW", float,
-     "seconds over which failures are counted [default 600]"),
-    ("backoff_base", "--failure-budget-backoff", "RUNNERSCALE_FAILURE_BUDGET_BACKOFF", float,
-     "seconds of the first creation backoff; doubled per escalation [default 30]"),
-    ("backoff_max", "--failure-budget-backoff-max", "RUNNERSCALE_FAILURE_BUDGET_BACKOFF_MAX", float,
-     "cap of the creation backoff in seconds [default 600]"),
+    (
+        "failed_runner_ttl",
+        "--failed-runner-ttl",
+        "RUNNERSCALE_FAILED_RUNNER_TTL",
+        float,
+        "seconds a Failed EphemeralRunner is kept (visible, counted) before it is removed and replaced; 0 = never (ARC) [default 300]",
+    ),
+    (
+        "budget_failures",
+        "--failure-budget",
+        "RUNNERSCALE_FAILURE_BUDGET",
+        int,
+        "runner failures of one set tolerated within --failure-budget-window; one more backs runner creation off; 0 = no budget [default 5]",
+    ),
+    (
+        "budget_window",
+        "--failure-budget-window",
+        "RUNNERSCALE_FAILURE_BUDGET_WINDOW",
+        float,
+        "seconds over which failures are counted [default 600]",
+    ),
+    (
+        "backoff_base",
+        "--failure-budget-backoff",
+        "RUNNERSCALE_FAILURE_BUDGET_BACKOFF",
+        float,
+        "seconds of the first creation backoff; doubled per escalation [default 30]",
+    ),
+    (
+        "backoff_max",
+        "--failure-budget-backoff-max",
+        "RUNNERSCALE_FAILURE_BUDGET_BACKOFF_MAX",
+        float,
+        "cap of the creation backoff in seconds [default 600]",
+    ),
 )
 
 
@@ -35,7 +60,9 @@ def add_runner_set_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, dest=f"runner_set_{field}", default=None, metavar=env, help=f"{help_text} [env {env}]")
 
 
-def load_failure_policy(args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> FailurePolicy:
+def load_failure_policy(
+    args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+) -> FailurePolicy:
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for field, flag, env_name, kind, _ in OPTIONS:

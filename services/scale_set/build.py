@@ -40,7 +40,7 @@ from shared.api.constants import (
     LABEL_VERSION,
     PART_OF_VALUE,
 )
-from services.scale_set.names import listener_name, runner_proxy_secret_name, url_labels
+from shared.api.names import listener_name, runner_proxy_secret_name, url_labels
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,9 @@ def desired_runner_spec(ars: AutoscalingRunnerSet) -> EphemeralRunnerSpec:
 
 
 def desired_ers_labels(ars: AutoscalingRunnerSet, options: BuildOptions) -> dict[str, str]:
-    own = filter_and_merge_labels(ars.metadata.labels, _common_labels(ars, COMPONENT_RUNNER_SET), options.exclude_label_prefixes)
+    own = filter_and_merge_labels(
+        ars.metadata.labels, _common_labels(ars, COMPONENT_RUNNER_SET), options.exclude_label_prefixes
+    )
     base = ars.spec.ephemeral_runner_set_metadata.labels if ars.spec.ephemeral_runner_set_metadata else {}
     return filter_and_merge_labels(base, own, options.exclude_label_prefixes)
 
@@ -167,7 +169,9 @@ def desired_ers_annotations(ars: AutoscalingRunnerSet) -> dict[str, str]:
     return merge_annotations(base, own)
 
 
-def desired_ephemeral_runner_set(ars: AutoscalingRunnerSet, options: BuildOptions, *, actionable_revision: int = 1) -> EphemeralRunnerSet:
+def desired_ephemeral_runner_set(
+    ars: AutoscalingRunnerSet, options: BuildOptions, *, actionable_revision: int = 1
+) -> EphemeralRunnerSet:
     """The ERS to create: named like the ARS, in its namespace, owned by it, at ``actionable_revision``."""
     return EphemeralRunnerSet(
         metadata=ObjectMeta(
@@ -216,7 +220,9 @@ def desired_listener_spec(ars: AutoscalingRunnerSet, options: BuildOptions) -> A
 
 
 def desired_listener_labels(ars: AutoscalingRunnerSet, options: BuildOptions) -> dict[str, str]:
-    own = filter_and_merge_labels(ars.metadata.labels, _common_labels(ars, COMPONENT_LISTENER), options.exclude_label_prefixes)
+    own = filter_and_merge_labels(
+        ars.metadata.labels, _common_labels(ars, COMPONENT_LISTENER), options.exclude_label_prefixes
+    )
     meta = ars.spec.autoscaling_listener_metadata or ResourceMeta()
     return filter_and_merge_labels(meta.labels, own, options.exclude_label_prefixes)
 

@@ -14,6 +14,9 @@ from typing import Any
 
 import msgspec
 
+from services.scale_set.build import effective_scale_set_name, merge_patch_diff, scale_set_id_of
+from shared.actions import parse_config_url
+from shared.actions.errors import ConfigURLError
 from shared.api import (
     AutoscalingListener,
     AutoscalingRunnerSet,
@@ -25,8 +28,6 @@ from shared.api import (
     validate,
 )
 from shared.api import status_patch as full_status_patch
-from shared.actions import parse_config_url
-from shared.actions.errors import ConfigURLError
 from shared.api.constants import (
     ANNOTATION_RUNNER_GROUP_NAME,
     ANNOTATION_RUNNER_SCALE_SET_ID,
@@ -34,9 +35,8 @@ from shared.api.constants import (
     LABEL_SCALE_SET_NAME,
     LABEL_SCALE_SET_NAMESPACE,
 )
+from shared.api.names import MAX_LABEL_VALUE
 from shared.semantic import first_difference, semantic_equal
-from services.scale_set.build import effective_scale_set_name, merge_patch_diff, scale_set_id_of
-from services.scale_set.names import MAX_LABEL_VALUE
 
 
 def _tree(value: Any) -> Any:
@@ -51,7 +51,9 @@ def spec_problems(ars: AutoscalingRunnerSet) -> list[Problem]:
     problems = list(validate(ars))
     if len(ars.metadata.name) > MAX_LABEL_VALUE:
         # The name becomes the scale-set-name label of the ERS, the listener and every runner.
-        problems.append(Problem("$.metadata.name", f"must be at most {MAX_LABEL_VALUE} characters (it is used as a label value)"))
+        problems.append(
+            Problem("$.metadata.name", f"must be at most {MAX_LABEL_VALUE} characters (it is used as a label value)")
+        )
     if not any(p.path == "$.spec.githubConfigUrl" for p in problems):
         try:
             parse_config_url(ars.spec.github_config_url)
@@ -199,11 +201,16 @@ def plan_listener_update(existing: AutoscalingListener, desired: AutoscalingList
     labels = {k: v for k, v in desired.metadata.labels.items() if existing.metadata.labels.get(k) != v}
     annotations = {k: v for k, v in desired.metadata.annotations.items() if existing.metadata.annotations.get(k) != v}
     if labels or annotations:
-        patch["metadata"] = {**({"labels": labels} if labels else {}), **({"annotations": annotations} if annotations else {})}
+        patch["metadata"] = {
+            **({"labels": labels} if labels else {}),
+            **({"annotations": annotations} if annotations else {}),
+        }
     return patch or None
 
 
-def orphan_listeners(listeners: list[AutoscalingListener], ars: AutoscalingRunnerSet, current_name: str | None) -> list[AutoscalingListener]:
+def orphan_listeners(
+    listeners: list[AutoscalingListener], ars: AutoscalingRunnerSet, current_name: str | None
+) -> list[AutoscalingListener]:
     """Listeners of this ARS other than ``current_name`` (left behind when the runner group or the
     config URL changed the listener name; ARC leaves them running) that are not already deleting."""
     out = []

@@ -25,7 +25,23 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
-from shared.actions import ActionsClient, ActionsError, RunnerGroupNotFoundError, ScaleSetExistsError, ScaleSetNotFoundError, scale_set_labels
+from services.scale_set import decide
+from services.scale_set.build import (
+    BuildOptions,
+    ars_listener_name,
+    desired_ephemeral_runner_set,
+    desired_listener,
+    effective_scale_set_name,
+    scale_set_id_of,
+)
+from shared.actions import (
+    ActionsClient,
+    ActionsError,
+    RunnerGroupNotFoundError,
+    ScaleSetExistsError,
+    ScaleSetNotFoundError,
+    scale_set_labels,
+)
 from shared.api import AutoscalingListener, AutoscalingRunnerSet, EphemeralRunnerSet
 from shared.api.constants import (
     ANNOTATION_CLEANUP_GITHUB_SECRET_NAME,
@@ -42,6 +58,7 @@ from shared.api.constants import (
     LABEL_SCALE_SET_NAME,
     LABEL_SCALE_SET_NAMESPACE,
 )
+from shared.api.names import url_labels
 from shared.bus import BusMessage, ResourceRef, RevisionPublished
 from shared.kube import (
     AUTOSCALING_LISTENERS,
@@ -66,16 +83,6 @@ from shared.kube import (
 )
 from shared.log import get_logger
 from shared.worker import ActionsCredentialsUnavailable
-from services.scale_set import decide
-from services.scale_set.build import (
-    BuildOptions,
-    ars_listener_name,
-    desired_ephemeral_runner_set,
-    desired_listener,
-    effective_scale_set_name,
-    scale_set_id_of,
-)
-from services.scale_set.names import url_labels
 
 log = get_logger(__name__)
 
@@ -100,15 +107,37 @@ class ClientSource(Protocol):
 class ScaleSetMetrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
         kw = {"registry": registry} if registry is not None else {"registry": None}
-        self.revisions = Counter("runnerscale_scale_set_revision_bumps_total", "Runner spec changes published as a new actionable revision", **kw)
-        self.registrations = Counter(
-            "runnerscale_scale_set_registrations_total", "Scale set registrations at the Actions service", ["kind"], **kw
+        self.revisions = Counter(
+            "runnerscale_scale_set_revision_bumps_total",
+            "Runner spec changes published as a new actionable revision",
+            **kw,
         )
-        self.service_updates = Counter("runnerscale_scale_set_service_updates_total", "Scale set updates at the Actions service", ["field"], **kw)
-        self.invalid = Counter("runnerscale_scale_set_invalid_total", "Reconciles stopped by an invalid AutoscalingRunnerSet", **kw)
-        self.parked = Counter("runnerscale_scale_set_outdated_parks_total", "Scale sets parked because their runners report Outdated", **kw)
-        self.service_errors = Counter("runnerscale_scale_set_service_errors_total", "Actions service calls that failed, by error class", ["error"], **kw)
-        self.conflicts = Counter("runnerscale_scale_set_conflicts_total", "Writes answered 409 Conflict (re-read and decided again)", **kw)
+        self.registrations = Counter(
+            "runnerscale_scale_set_registrations_total",
+            "Scale set registrations at the Actions service",
+            ["kind"],
+            **kw,
+        )
+        self.service_updates = Counter(
+            "runnerscale_scale_set_service_updates_total", "Scale set updates at the Actions service", ["field"], **kw
+        )
+        self.invalid = Counter(
+            "runnerscale_scale_set_invalid_total", "Reconciles stopped by an invalid AutoscalingRunnerSet", **kw
+        )
+        self.parked = Counter(
+            "runnerscale_scale_set_outdated_parks_total",
+            "Scale sets parked because their runners report Outdated",
+            **kw,
+        )
+        self.service_errors = Counter(
+            "runnerscale_scale_set_service_errors_total",
+            "Actions service calls that failed, by error class",
+            ["error"],
+            **kw,
+        )
+        self.conflicts = Counter(
+            "runnerscale_scale_set_conflicts_total", "Writes answered 409 Conflict (re-read and decided again)", **kw
+        )
 
 
 class ScaleSetReconciler:
@@ -153,7 +182,9 @@ class ScaleSetReconciler:
                 return await self._pass(key)
             except Conflict as exc:
                 self.metrics.conflicts.inc()
-                log.info("stale read; re-reading and deciding again", namespace=key.namespace, name=key.name, error=str(exc))
+                log.info(
+                    "stale read; re-reading and deciding again", namespace=key.namespace, name=key.name, error=str(exc)
+                )
                 raise
 
         try:
@@ -174,7 +205,12 @@ class ScaleSetReconciler:
         if problems:
             self.metrics.invalid.inc()
             message = decide.problems_message(problems)
-            log.warning("invalid AutoscalingRunnerSet; nothing done until it is fixed", namespace=key.namespace, name=key.name, problems=message)
+            log.warning(
+                "invalid AutoscalingRunnerSet; nothing done until it is fixed",
+                namespace=key.namespace,
+                name=key.name,
+                problems=message,
+            )
             await self.events.warning(ars, "InvalidSpec", message)
             await self._write_status(ars, decide.pending_status(ars))
             return None
@@ -185,7 +221,13 @@ class ScaleSetReconciler:
         try:
             ars = await self._ensure_registration(ars)
         except _CredentialsProblem as exc:
-            log.warning("cannot register the scale set", namespace=key.namespace, name=key.name, reason=exc.reason, error=exc.message)
+            log.warning(
+                "cannot register the scale set",
+                namespace=key.namespace,
+                name=key.name,
+                reason=exc.reason,
+                error=exc.message,
+            )
             await self.events.warning(ars, exc.reason, exc.message)
             await self._write_status(ars, decide.pending_status(ars))
             return Result(requeue_after=self.credentials_requeue)
@@ -207,14 +249,15 @@ class ScaleSetReconciler:
                 ers, listeners_gone = await self._park(ars, ers)
                 if not listeners_gone:
                     requeue = self.deletion_requeue
-            else:
-                if not await self._ensure_listener(ars):
-                    requeue = self.deletion_requeue
+            elif not await self._ensure_listener(ars):
+                requeue = self.deletion_requeue
         except Invalid as exc:
             # The API server refused a child built from this ARS (a value no schema check here
             # foresaw): the user has to change the ARS. Say so on it, retry slowly, never spin.
             causes = "; ".join(f"{c.field}: {c.message}" for c in exc.causes) or exc.message
-            log.warning("child object rejected by the API server", namespace=key.namespace, name=key.name, error=str(exc))
+            log.warning(
+                "child object rejected by the API server", namespace=key.namespace, name=key.name, error=str(exc)
+            )
             await self.events.warning(ars, "ChildRejected", f"{exc.request}: {causes}")
             await self._write_status(ars, decide.pending_status(ars))
             return Result(requeue_after=self.credentials_requeue)
@@ -228,7 +271,12 @@ class ScaleSetReconciler:
         patch = decide.status_patch(ars, status)
         if patch is None:
             return ars
-        return await self.writer.patch_status(AUTOSCALING_RUNNER_SETS, AUTOSCALING_RUNNER_SETS.key_of(ars), patch, resource_version=ars.metadata.resource_version)
+        return await self.writer.patch_status(
+            AUTOSCALING_RUNNER_SETS,
+            AUTOSCALING_RUNNER_SETS.key_of(ars),
+            patch,
+            resource_version=ars.metadata.resource_version,
+        )
 
     # --- registration ----------------------------------------------------------------------------
 
@@ -251,7 +299,9 @@ class ScaleSetReconciler:
             except ScaleSetNotFoundError:
                 found = None
             if found is None:
-                return await self._register(ars, reason=f"scale set {scale_set_id_of(ars)} no longer exists at the Actions service")
+                return await self._register(
+                    ars, reason=f"scale set {scale_set_id_of(ars)} no longer exists at the Actions service"
+                )
             self._verified[key] = now
         if decide.runner_group_drifted(ars):
             client = await self._client(ars)
@@ -262,8 +312,15 @@ class ScaleSetReconciler:
                 return await self._register(ars, reason="scale set vanished during a runner group update")
             self.metrics.service_updates.labels("runner_group").inc()
             group_name = updated.runner_group_name or ars.spec.runner_group or "default"
-            await self.events.normal(ars, "RunnerGroupUpdated", f"scale set {updated.id} moved to runner group {group_name!r}")
-            ars = await self._patch_ars_meta(ars, annotations=decide.registration_annotations(updated.id, updated.name or effective_scale_set_name(ars), group_name))
+            await self.events.normal(
+                ars, "RunnerGroupUpdated", f"scale set {updated.id} moved to runner group {group_name!r}"
+            )
+            ars = await self._patch_ars_meta(
+                ars,
+                annotations=decide.registration_annotations(
+                    updated.id, updated.name or effective_scale_set_name(ars), group_name
+                ),
+            )
         if decide.scale_set_name_drifted(ars):
             client = await self._client(ars)
             name = effective_scale_set_name(ars)
@@ -272,7 +329,9 @@ class ScaleSetReconciler:
             except ScaleSetNotFoundError:
                 return await self._register(ars, reason="scale set vanished during a rename")
             self.metrics.service_updates.labels("name").inc()
-            await self.events.normal(ars, "ScaleSetRenamed", f"scale set {updated.id} renamed to {updated.name or name!r}")
+            await self.events.normal(
+                ars, "ScaleSetRenamed", f"scale set {updated.id} renamed to {updated.name or name!r}"
+            )
             ars = await self._patch_ars_meta(ars, annotations={ANNOTATION_RUNNER_SCALE_SET_NAME: updated.name or name})
         return ars
 
@@ -280,7 +339,9 @@ class ScaleSetReconciler:
         try:
             return await client.resolve_runner_group_id(ars.spec.runner_group)
         except RunnerGroupNotFoundError:
-            raise _CredentialsProblem("RunnerGroupNotFound", f"runner group {ars.spec.runner_group!r} does not exist at the Actions service") from None
+            raise _CredentialsProblem(
+                "RunnerGroupNotFound", f"runner group {ars.spec.runner_group!r} does not exist at the Actions service"
+            ) from None
 
     async def _register(self, ars: AutoscalingRunnerSet, *, reason: str) -> AutoscalingRunnerSet:
         """Get-or-create the scale set by name in its runner group; record id, name and group."""
@@ -291,7 +352,9 @@ class ScaleSetReconciler:
         kind = "adopted"
         if scale_set is None:
             try:
-                scale_set = await client.create_scale_set(name, runner_group_id=group_id, labels=scale_set_labels(name, ars.spec.runner_scale_set_labels))
+                scale_set = await client.create_scale_set(
+                    name, runner_group_id=group_id, labels=scale_set_labels(name, ars.spec.runner_scale_set_labels)
+                )
                 kind = "created"
             except ScaleSetExistsError:
                 scale_set = await client.get_scale_set_by_name(name, runner_group_id=group_id)
@@ -305,13 +368,25 @@ class ScaleSetReconciler:
         message = f"scale set {scale_set.name or name!r} (id {scale_set.id}) {kind} in runner group {group_name!r}"
         if reason:
             message += f": {reason}"
-            log.warning("scale set re-registered", namespace=ars.metadata.namespace, name=ars.metadata.name, reason=reason, scale_set_id=scale_set.id)
+            log.warning(
+                "scale set re-registered",
+                namespace=ars.metadata.namespace,
+                name=ars.metadata.name,
+                reason=reason,
+                scale_set_id=scale_set.id,
+            )
         await self.events.normal(ars, "ScaleSetRegistered", message)
         ars = await self._patch_ars_meta(ars, annotations=annotations, labels=url_labels(ars.spec.github_config_url))
         self._verified[AUTOSCALING_RUNNER_SETS.key_of(ars)] = self.clock()
         return ars
 
-    async def _patch_ars_meta(self, ars: AutoscalingRunnerSet, *, annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> AutoscalingRunnerSet:
+    async def _patch_ars_meta(
+        self,
+        ars: AutoscalingRunnerSet,
+        *,
+        annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> AutoscalingRunnerSet:
         meta: dict[str, Any] = {}
         if annotations:
             meta["annotations"] = annotations
@@ -319,7 +394,12 @@ class ScaleSetReconciler:
             meta["labels"] = labels
         if not meta:
             return ars
-        return await self.writer.patch_merge(AUTOSCALING_RUNNER_SETS, AUTOSCALING_RUNNER_SETS.key_of(ars), {"metadata": meta}, resource_version=ars.metadata.resource_version)
+        return await self.writer.patch_merge(
+            AUTOSCALING_RUNNER_SETS,
+            AUTOSCALING_RUNNER_SETS.key_of(ars),
+            {"metadata": meta},
+            resource_version=ars.metadata.resource_version,
+        )
 
     # --- EphemeralRunnerSet ----------------------------------------------------------------------
 
@@ -333,7 +413,9 @@ class ScaleSetReconciler:
             except AlreadyExists:
                 raise Conflict(EPHEMERAL_RUNNER_SETS.describe("CREATE", key), "appeared concurrently") from None
             log.info("created EphemeralRunnerSet", namespace=key.namespace, name=key.name, revision=1)
-            await self.events.normal(ars, "EphemeralRunnerSetCreated", f"created EphemeralRunnerSet {key.name} at actionable revision 1")
+            await self.events.normal(
+                ars, "EphemeralRunnerSetCreated", f"created EphemeralRunnerSet {key.name} at actionable revision 1"
+            )
             self._publish_revision(ers)
             return ers
         if ers.metadata.is_deleting:
@@ -341,18 +423,39 @@ class ScaleSetReconciler:
         owner = ers.metadata.controller_reference()
         if owner is not None and owner.uid and ars.metadata.uid and owner.uid != ars.metadata.uid:
             # A namesake left over from a deleted ARS: wait for the garbage collector / its finalizer.
-            log.info("EphemeralRunnerSet belongs to another AutoscalingRunnerSet; waiting", namespace=key.namespace, name=key.name, owner_uid=owner.uid)
-            await self.events.warning(ars, "EphemeralRunnerSetNotOwned", f"EphemeralRunnerSet {key.name} is controlled by another object (uid {owner.uid}); waiting for it to go")
+            log.info(
+                "EphemeralRunnerSet belongs to another AutoscalingRunnerSet; waiting",
+                namespace=key.namespace,
+                name=key.name,
+                owner_uid=owner.uid,
+            )
+            await self.events.warning(
+                ars,
+                "EphemeralRunnerSetNotOwned",
+                f"EphemeralRunnerSet {key.name} is controlled by another object (uid {owner.uid}); waiting for it to go",
+            )
             return None
         desired = desired_ephemeral_runner_set(ars, self.options, actionable_revision=ers.spec.actionable_revision)
         plan = decide.plan_ers_update(ers, desired)
         if plan.patch is None:
             return ers
-        ers = await self.writer.patch_merge(EPHEMERAL_RUNNER_SETS, key, plan.patch, resource_version=ers.metadata.resource_version)
+        ers = await self.writer.patch_merge(
+            EPHEMERAL_RUNNER_SETS, key, plan.patch, resource_version=ers.metadata.resource_version
+        )
         if plan.new_revision is not None:
             self.metrics.revisions.inc()
-            log.info("runner spec changed; new actionable revision", namespace=key.namespace, name=key.name, revision=plan.new_revision, first_difference=plan.spec_drift_path)
-            await self.events.normal(ars, "RunnerSpecChanged", f"runner spec changed at {plan.spec_drift_path}: EphemeralRunnerSet {key.name} now at actionable revision {plan.new_revision}")
+            log.info(
+                "runner spec changed; new actionable revision",
+                namespace=key.namespace,
+                name=key.name,
+                revision=plan.new_revision,
+                first_difference=plan.spec_drift_path,
+            )
+            await self.events.normal(
+                ars,
+                "RunnerSpecChanged",
+                f"runner spec changed at {plan.spec_drift_path}: EphemeralRunnerSet {key.name} now at actionable revision {plan.new_revision}",
+            )
             self._publish_revision(ers)
         return ers
 
@@ -366,8 +469,13 @@ class ScaleSetReconciler:
         )
         try:
             self.publish(message)
-        except Exception as exc:  # noqa: BLE001 - a wake-up; the runner-set worker also watches the ERS
-            log.warning("could not publish RevisionPublished", namespace=ers.metadata.namespace, name=ers.metadata.name, error=str(exc))
+        except Exception as exc:
+            log.warning(
+                "could not publish RevisionPublished",
+                namespace=ers.metadata.namespace,
+                name=ers.metadata.name,
+                error=str(exc),
+            )
 
     # --- Outdated: park --------------------------------------------------------------------------
 
@@ -386,14 +494,21 @@ class ScaleSetReconciler:
         gone = await self._delete_listeners(ars, keep=None)
         patch = decide.drain_patch(ers)
         if patch is not None:
-            ers = await self.writer.patch_merge(EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNER_SETS.key_of(ers), patch, resource_version=ers.metadata.resource_version)
+            ers = await self.writer.patch_merge(
+                EPHEMERAL_RUNNER_SETS,
+                EPHEMERAL_RUNNER_SETS.key_of(ers),
+                patch,
+                resource_version=ers.metadata.resource_version,
+            )
         return ers, gone
 
     # --- AutoscalingListener ---------------------------------------------------------------------
 
     async def _listeners_of(self, ars: AutoscalingRunnerSet) -> list[AutoscalingListener]:
         selector = f"{LABEL_SCALE_SET_NAME}={ars.metadata.name},{LABEL_SCALE_SET_NAMESPACE}={ars.metadata.namespace}"
-        listed = await self.reader.list(AUTOSCALING_LISTENERS, namespace=self.options.controller_namespace, label_selector=selector)
+        listed = await self.reader.list(
+            AUTOSCALING_LISTENERS, namespace=self.options.controller_namespace, label_selector=selector
+        )
         return listed.items
 
     async def _delete_listeners(self, ars: AutoscalingRunnerSet, *, keep: str | None) -> bool:
@@ -401,13 +516,19 @@ class ScaleSetReconciler:
         found = {al.metadata.name: al for al in await self._listeners_of(ars)}
         name = ars_listener_name(ars)
         if name not in found and name != keep:
-            al = await self.reader.get_or_none(AUTOSCALING_LISTENERS, ObjectKey(self.options.controller_namespace, name))
+            al = await self.reader.get_or_none(
+                AUTOSCALING_LISTENERS, ObjectKey(self.options.controller_namespace, name)
+            )
             if al is not None:
                 found[name] = al
         remaining = [al for al in found.values() if al.metadata.name != keep]
         for al in decide.orphan_listeners(remaining, ars, keep):
-            log.info("deleting listener", namespace=al.metadata.namespace, name=al.metadata.name, scale_set=ars.metadata.name)
-            await self.writer.delete(AUTOSCALING_LISTENERS, AUTOSCALING_LISTENERS.key_of(al), uid=al.metadata.uid, missing_ok=True)
+            log.info(
+                "deleting listener", namespace=al.metadata.namespace, name=al.metadata.name, scale_set=ars.metadata.name
+            )
+            await self.writer.delete(
+                AUTOSCALING_LISTENERS, AUTOSCALING_LISTENERS.key_of(al), uid=al.metadata.uid, missing_ok=True
+            )
         return not remaining
 
     async def _ensure_listener(self, ars: AutoscalingRunnerSet) -> bool:
@@ -428,8 +549,15 @@ class ScaleSetReconciler:
             return False
         patch = decide.plan_listener_update(al, desired)
         if patch is not None:
-            await self.writer.patch_merge(AUTOSCALING_LISTENERS, key, patch, resource_version=al.metadata.resource_version)
-            log.info("updated AutoscalingListener in place", namespace=key.namespace, name=key.name, fields=sorted(patch.get("spec", {})))
+            await self.writer.patch_merge(
+                AUTOSCALING_LISTENERS, key, patch, resource_version=al.metadata.resource_version
+            )
+            log.info(
+                "updated AutoscalingListener in place",
+                namespace=key.namespace,
+                name=key.name,
+                fields=sorted(patch.get("spec", {})),
+            )
         return True
 
     # --- deletion --------------------------------------------------------------------------------
@@ -460,15 +588,32 @@ class ScaleSetReconciler:
                 return Result(requeue_after=self.credentials_requeue)
             try:
                 await client.delete_scale_set(scale_set_id)
-                log.info("deleted scale set at the Actions service", namespace=key.namespace, name=key.name, scale_set_id=scale_set_id)
+                log.info(
+                    "deleted scale set at the Actions service",
+                    namespace=key.namespace,
+                    name=key.name,
+                    scale_set_id=scale_set_id,
+                )
             except ScaleSetNotFoundError:
-                log.info("scale set already gone at the Actions service", namespace=key.namespace, name=key.name, scale_set_id=scale_set_id)
+                log.info(
+                    "scale set already gone at the Actions service",
+                    namespace=key.namespace,
+                    name=key.name,
+                    scale_set_id=scale_set_id,
+                )
             except ActionsError as exc:
                 self.metrics.service_errors.labels(type(exc).__name__).inc()
-                await self.events.warning(ars, "ScaleSetNotDeleted", f"deleting scale set {scale_set_id} failed ({type(exc).__name__}: {exc}); retrying")
+                await self.events.warning(
+                    ars,
+                    "ScaleSetNotDeleted",
+                    f"deleting scale set {scale_set_id} failed ({type(exc).__name__}: {exc}); retrying",
+                )
                 raise
             ars = await self.writer.patch_merge(
-                AUTOSCALING_RUNNER_SETS, key, {"metadata": {"annotations": {ANNOTATION_RUNNER_SCALE_SET_ID: None}}}, resource_version=ars.metadata.resource_version
+                AUTOSCALING_RUNNER_SETS,
+                key,
+                {"metadata": {"annotations": {ANNOTATION_RUNNER_SCALE_SET_ID: None}}},
+                resource_version=ars.metadata.resource_version,
             )
         for annotation, resource in CLEANUP_DEPENDENTS:
             name = ars.metadata.annotations.get(annotation)

@@ -1,7 +1,7 @@
 """Wiring of the scale-set worker into the common runtime (``shared.worker``).
 
-    async with running_worker("scale-set", settings, scale_set_setup(options)) as w: ...
-    runnerscale scale-set --controller-namespace arc-systems --listener-image IMAGE [worker flags]
+async with running_worker("scale-set", settings, scale_set_setup(options)) as w: ...
+runnerscale scale-set --controller-namespace arc-systems --listener-image IMAGE [worker flags]
 """
 
 from __future__ import annotations
@@ -14,13 +14,21 @@ from typing import Any
 
 import anyio
 
+from services.scale_set.build import BuildOptions
+from services.scale_set.reconciler import ScaleSetReconciler
 from shared.api import AutoscalingListener
 from shared.api.constants import KIND_AUTOSCALING_RUNNER_SET
 from shared.bus import subjects
-from shared.kube import AUTOSCALING_LISTENERS, AUTOSCALING_RUNNER_SETS, EPHEMERAL_RUNNER_SETS, Controller, Informer, ObjectKey, Watches
+from shared.kube import (
+    AUTOSCALING_LISTENERS,
+    AUTOSCALING_RUNNER_SETS,
+    EPHEMERAL_RUNNER_SETS,
+    Controller,
+    Informer,
+    ObjectKey,
+    Watches,
+)
 from shared.worker import SettingsError, WorkerContext, add_worker_arguments, load_worker_settings, run_worker
-from services.scale_set.build import BuildOptions
-from services.scale_set.reconciler import ScaleSetReconciler
 
 WORKER_NAME = "scale-set"
 CONTROLLER_NAME = "autoscalingrunnerset"
@@ -75,20 +83,34 @@ def _env(names: tuple[str, ...], environ: Any = None) -> str:
 def add_scale_set_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("scale-set")
     group.add_argument(
-        "--controller-namespace", default=None,
+        "--controller-namespace",
+        default=None,
         help=f"namespace of the AutoscalingListeners (ARC's controller namespace) [env {' / '.join(CONTROLLER_NAMESPACE_ENV)}]",
     )
-    group.add_argument("--listener-image", default=None, help=f"container image of the listener pods [env {' / '.join(LISTENER_IMAGE_ENV)}]")
     group.add_argument(
-        "--listener-image-pull-secret", action="append", default=[], metavar="NAME",
+        "--listener-image",
+        default=None,
+        help=f"container image of the listener pods [env {' / '.join(LISTENER_IMAGE_ENV)}]",
+    )
+    group.add_argument(
+        "--listener-image-pull-secret",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="image pull Secret for listener pods (repeatable; ARC: --auto-scaler-image-pull-secrets)",
     )
     group.add_argument(
-        "--exclude-label-propagation-prefix", action="append", default=[], metavar="PREFIX",
+        "--exclude-label-propagation-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
         help="ARS labels with this prefix are not copied to the ERS and listener (repeatable)",
     )
     group.add_argument(
-        "--scale-set-verify-interval", type=float, default=600.0, metavar="SECONDS",
+        "--scale-set-verify-interval",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
         help="how often to check that the registered scale set still exists at the Actions service",
     )
 
@@ -102,7 +124,9 @@ def options_from_args(args: argparse.Namespace, environ: Any = None) -> BuildOpt
     namespace = args.controller_namespace or _env(CONTROLLER_NAMESPACE_ENV, environ)
     image = args.listener_image or _env(LISTENER_IMAGE_ENV, environ)
     if not namespace or "/" in namespace:
-        raise OptionsError(f"--controller-namespace (or {CONTROLLER_NAMESPACE_ENV[0]}) is required and must be a namespace name")
+        raise OptionsError(
+            f"--controller-namespace (or {CONTROLLER_NAMESPACE_ENV[0]}) is required and must be a namespace name"
+        )
     if not image:
         raise OptionsError(f"--listener-image (or {LISTENER_IMAGE_ENV[0]}) is required")
     if args.scale_set_verify_interval <= 0:
@@ -119,7 +143,9 @@ def options_from_args(args: argparse.Namespace, environ: Any = None) -> BuildOpt
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="runnerscale scale-set", description="runnerscale scale-set worker: reconciles AutoscalingRunnerSets")
+    parser = argparse.ArgumentParser(
+        prog="runnerscale scale-set", description="runnerscale scale-set worker: reconciles AutoscalingRunnerSets"
+    )
     add_worker_arguments(parser)
     add_scale_set_arguments(parser)
     args = parser.parse_args(list(argv))

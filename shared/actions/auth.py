@@ -110,7 +110,7 @@ def credentials_from_secret(data: Mapping[str, str | bytes]) -> Credentials:
 
 def app_jwt(credentials: AppCredentials, *, now: dt.datetime | None = None) -> str:
     """The RS256 App JWT: ``iat`` = now - 60 s, ``exp`` = iat + 9 min, ``iss`` = the app id."""
-    issued = (now or dt.datetime.now(dt.timezone.utc)) - _JWT_BACKDATE
+    issued = (now or dt.datetime.now(dt.UTC)) - _JWT_BACKDATE
     claims = {
         "iat": int(issued.timestamp()),
         "exp": int((issued + _JWT_LIFETIME).timestamp()),
@@ -140,7 +140,7 @@ def jwt_expiry(token: str) -> dt.datetime | None:
     if isinstance(exp, bool) or not isinstance(exp, (int, float)):
         return None
     try:
-        return dt.datetime.fromtimestamp(exp, tz=dt.timezone.utc)
+        return dt.datetime.fromtimestamp(exp, tz=dt.UTC)
     except (OverflowError, OSError, ValueError):
         return None
 

@@ -144,7 +144,7 @@ class _AdminAuth(msgspec.Struct, frozen=True):
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def _owner_name() -> str:

@@ -195,7 +195,9 @@ def decode_message(data: bytes, *, request: str = "") -> Message:
     try:
         envelope = msgspec.json.decode(data, type=MessageEnvelope)
     except msgspec.DecodeError as exc:
-        raise MessageDecodeError(f"message envelope is invalid: {exc}", request=request, reason="malformed_envelope") from None
+        raise MessageDecodeError(
+            f"message envelope is invalid: {exc}", request=request, reason="malformed_envelope"
+        ) from None
     known = dict(request=request, message_id=envelope.message_id, message_type=envelope.message_type)
     if envelope.message_type != RUNNER_SCALE_SET_JOB_MESSAGES:
         raise MessageDecodeError(
@@ -204,7 +206,9 @@ def decode_message(data: bytes, *, request: str = "") -> Message:
             **known,
         )
     if envelope.statistics is None:
-        raise MessageDecodeError(f"message {envelope.message_id} has no statistics", reason="missing_statistics", **known)
+        raise MessageDecodeError(
+            f"message {envelope.message_id} has no statistics", reason="missing_statistics", **known
+        )
     try:
         jobs, skipped = decode_job_messages(envelope.body, message_id=envelope.message_id)
     except MessageDecodeError as exc:

@@ -16,9 +16,18 @@ import msgspec
 from msgspec import UNSET, UnsetType, field
 
 __all__ = [
+    "DEFAULT_RUNNER_GROUP_ID",
+    "DEFAULT_RUNNER_GROUP_NAME",
+    "RUNNER_SCALE_SET_JOB_MESSAGES",
+    "ZERO_TIME",
     "AcquirableJob",
+    "ActionsServiceAdmin",
     "JitRunnerConfig",
+    "JitRunnerRequest",
     "Label",
+    "MessageEnvelope",
+    "MessageSession",
+    "RegistrationExchange",
     "RunnerGroup",
     "RunnerReference",
     "RunnerScaleSet",
@@ -26,19 +35,10 @@ __all__ = [
     "RunnerSetting",
     "ScaleSetStatistics",
     "SessionRequest",
-    "MessageSession",
-    "JitRunnerRequest",
     "TokenResponse",
-    "RegistrationExchange",
-    "ActionsServiceAdmin",
-    "MessageEnvelope",
-    "ZERO_TIME",
-    "DEFAULT_RUNNER_GROUP_ID",
-    "DEFAULT_RUNNER_GROUP_NAME",
-    "RUNNER_SCALE_SET_JOB_MESSAGES",
 ]
 
-ZERO_TIME: Final = dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc)
+ZERO_TIME: Final = dt.datetime(1, 1, 1, tzinfo=dt.UTC)
 # ARC and the reference example never look the default group up: it is always id 1.
 DEFAULT_RUNNER_GROUP_ID: Final = 1
 DEFAULT_RUNNER_GROUP_NAME: Final = "default"

@@ -51,8 +51,8 @@ def parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> f
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    current = now or dt.datetime.now(dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
+    current = now or dt.datetime.now(dt.UTC)
     return max(0.0, (when - current).total_seconds())
 
 

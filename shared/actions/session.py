@@ -95,7 +95,7 @@ class MessageSessionClient:
     async def _with_token(self, call: Callable[[MessageSession], Awaitable[_T]]) -> _T:
         expires_at = jwt_expiry(self._session.message_queue_access_token)
         if expires_at is not None and needs_refresh(
-            expires_at, now=dt.datetime.now(dt.timezone.utc), margin=_QUEUE_TOKEN_MARGIN_S
+            expires_at, now=dt.datetime.now(dt.UTC), margin=_QUEUE_TOKEN_MARGIN_S
         ):
             await self.refresh(seen_generation=self._generation)
         generation = self._generation

@@ -1,10 +1,10 @@
 """ARC-compatible API types (actions.github.com/v1alpha1): structs, codec, validation, constants.
 
-    from shared.api import AutoscalingRunnerSet, decode, to_dict, validate
-    ars = decode(AutoscalingRunnerSet, body)       # ApiDecodeError names the bad field's path
-    problems = validate(ars)                       # [] when ARC would accept it
-    to_dict(ars)                                   # the JSON tree, exactly the fields decoded
-    status_patch(status)                           # {"status": every field}: for status writers
+from shared.api import AutoscalingRunnerSet, decode, to_dict, validate
+ars = decode(AutoscalingRunnerSet, body)       # ApiDecodeError names the bad field's path
+problems = validate(ars)                       # [] when ARC would accept it
+to_dict(ars)                                   # the JSON tree, exactly the fields decoded
+status_patch(status)                           # {"status": every field}: for status writers
 """
 
 from shared.api import constants

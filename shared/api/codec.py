@@ -57,9 +57,7 @@ def _wrap(cls: Any, exc: msgspec.MsgspecError) -> ApiDecodeError:
 
 def _check_api_version(cls: Any, value: Any) -> None:
     if isinstance(value, CustomObject) and value.api_version != API_VERSION:
-        raise ApiDecodeError(
-            _type_name(cls), "$.apiVersion", f"expected {API_VERSION!r}, got {value.api_version!r}"
-        )
+        raise ApiDecodeError(_type_name(cls), "$.apiVersion", f"expected {API_VERSION!r}, got {value.api_version!r}")
 
 
 def decode(cls: type[T], data: bytes | bytearray | memoryview | str | dict[str, Any]) -> T:

@@ -57,16 +57,26 @@ ANNOTATION_VALUES_HASH: Final = "actions.github.com/values-hash"
 ANNOTATION_CLEANUP_MANAGER_ROLE_BINDING: Final = "actions.github.com/cleanup-manager-role-binding"
 ANNOTATION_CLEANUP_MANAGER_ROLE_NAME: Final = "actions.github.com/cleanup-manager-role-name"
 ANNOTATION_CLEANUP_KUBERNETES_MODE_ROLE_NAME: Final = "actions.github.com/cleanup-kubernetes-mode-role-name"
-ANNOTATION_CLEANUP_KUBERNETES_MODE_ROLE_BINDING_NAME: Final = "actions.github.com/cleanup-kubernetes-mode-role-binding-name"
-ANNOTATION_CLEANUP_KUBERNETES_MODE_SERVICE_ACCOUNT_NAME: Final = "actions.github.com/cleanup-kubernetes-mode-service-account-name"
+ANNOTATION_CLEANUP_KUBERNETES_MODE_ROLE_BINDING_NAME: Final = (
+    "actions.github.com/cleanup-kubernetes-mode-role-binding-name"
+)
+ANNOTATION_CLEANUP_KUBERNETES_MODE_SERVICE_ACCOUNT_NAME: Final = (
+    "actions.github.com/cleanup-kubernetes-mode-service-account-name"
+)
 ANNOTATION_CLEANUP_GITHUB_SECRET_NAME: Final = "actions.github.com/cleanup-github-secret-name"
-ANNOTATION_CLEANUP_NO_PERMISSION_SERVICE_ACCOUNT_NAME: Final = "actions.github.com/cleanup-no-permission-service-account-name"
+ANNOTATION_CLEANUP_NO_PERMISSION_SERVICE_ACCOUNT_NAME: Final = (
+    "actions.github.com/cleanup-no-permission-service-account-name"
+)
 CLEANUP_ANNOTATION_PREFIX: Final = "actions.github.com/cleanup-"
 
 # runnerscale: the EphemeralRunnerSet `spec.actionableRevision` an EphemeralRunner (and its pod) was
 # built from, as a decimal string. Absent or unparsable means revision 0, so runners created before
 # the field existed count as current until a revision is actually applied.
 ANNOTATION_ACTIONABLE_REVISION: Final = "actions.github.com/actionable-revision"
+# When a runner failed (ISO 8601), written on the ER by the runner worker right before its status
+# becomes Failed; the runner-set worker counts the Failed runner's age (--failed-runner-ttl) and
+# its failure budget from it.
+ANNOTATION_FAILED_AT: Final = "actions.github.com/failed-at"
 # runnerscale: the resourceVersion of the listener config Secret a listener pod was started with.
 # The pod spec does not change when only the Secret's data does, so this is the restart signal.
 ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION: Final = "actions.github.com/listener-config-resource-version"

@@ -123,7 +123,7 @@ async def background_tasks(*tasks: Callable[[], Awaitable[None]]) -> AsyncIterat
             tg.start_soon(task)
         try:
             yield
-        except Exception as exc:  # noqa: BLE001 - re-raised below, outside the task group
+        except Exception as exc:
             failure = exc
         finally:
             tg.cancel_scope.cancel()
@@ -240,7 +240,9 @@ def _kind_label(subject: str) -> str:
 
 
 def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
-    if not (settings.tls_ca or settings.tls_cert or any(u.startswith(("tls://", "wss://")) for u in settings.nats_urls)):
+    if not (
+        settings.tls_ca or settings.tls_cert or any(u.startswith(("tls://", "wss://")) for u in settings.nats_urls)
+    ):
         return None
     ctx = ssl.create_default_context(cafile=settings.tls_ca or None)
     if settings.tls_cert:
@@ -298,7 +300,7 @@ class Bus:
                 with anyio.move_on_after(2.0):
                     try:
                         await nc.close()
-                    except Exception as exc:  # noqa: BLE001 - e.g. the socket died with the server
+                    except Exception as exc:
                         log.info("NATS connection closed uncleanly", error=type(exc).__name__)
                 m.CONNECTED.set(0)
 
@@ -417,7 +419,7 @@ class Bus:
             try:
                 with anyio.fail_after(timeout + 0.5):
                     ack = await self.js.publish(subject, payload, timeout=timeout, headers=headers)
-            except Exception as exc:  # noqa: BLE001 - classified right below
+            except Exception as exc:
                 if not is_transient(exc):
                     m.PUBLISH_FAILURES.labels(kind).inc()
                     raise PublishFailed(subject, attempt, type(exc).__name__) from None
@@ -528,7 +530,7 @@ class Bus:
                 except nats.errors.TimeoutError:
                     failures, pending = 0, 0
                     continue
-                except Exception as exc:  # noqa: BLE001 - a consumer loop must outlive NATS outages
+                except Exception as exc:
                     failures += 1
                     if isinstance(exc, nats.js.errors.NotFoundError) or failures % 10 == 0:
                         # The consumer may be gone (deleted by hand, or the store was lost).
@@ -548,14 +550,16 @@ class Bus:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                 try:
                     await sub.unsubscribe()
-                except Exception:  # noqa: BLE001 - best effort while shutting down
+                except Exception:
                     pass
 
     async def _ensure_consumer(self, stream: str, config: api.ConsumerConfig) -> None:
         try:
             info = await self._jsm_call(self.js.consumer_info(stream, config.durable_name))
         except nats.js.errors.NotFoundError:
-            await self._jsm_call(self.js.add_consumer(stream, config), resource=f"consumer {stream}/{config.durable_name}")
+            await self._jsm_call(
+                self.js.add_consumer(stream, config), resource=f"consumer {stream}/{config.durable_name}"
+            )
             return
         existing = info.config
         conflicts = {}
@@ -574,7 +578,9 @@ class Bus:
         ]
         if tunables:
             # Redelivery bounds changed with a new release: the server updates these in place.
-            await self._jsm_call(self.js.add_consumer(stream, config), resource=f"consumer {stream}/{config.durable_name}")
+            await self._jsm_call(
+                self.js.add_consumer(stream, config), resource=f"consumer {stream}/{config.durable_name}"
+            )
             log.info("consumer updated", stream=stream, durable=config.durable_name, changed=tunables)
 
     async def _dispatch(self, consumer: ConsumerSpec, raw: Msg, handler: Handler) -> None:
@@ -603,7 +609,7 @@ class Bus:
             tg.start_soon(self._keep_in_progress, raw, consumer.ack_wait_seconds)
             try:
                 await handler(delivery)
-            except Exception as exc:  # noqa: BLE001 - any handler failure is a nak, never a crash
+            except Exception as exc:
                 failure = exc
             finally:
                 tg.cancel_scope.cancel()
@@ -628,7 +634,7 @@ class Bus:
             await anyio.sleep(ack_wait / 3)
             try:
                 await raw.in_progress()
-            except Exception:  # noqa: BLE001 - best effort; redelivery is harmless anyway
+            except Exception:
                 return
 
     @staticmethod
@@ -636,8 +642,10 @@ class Bus:
         try:
             with anyio.fail_after(2.0):
                 await action()
-        except Exception as exc:  # noqa: BLE001 - an unacked message is simply redelivered
-            log.warning("ack/nak/term not sent; the message will be redelivered", subject=subject, error=type(exc).__name__)
+        except Exception as exc:
+            log.warning(
+                "ack/nak/term not sent; the message will be redelivered", subject=subject, error=type(exc).__name__
+            )
 
 
 async def _connect(settings: BusSettings, name: str) -> NatsClient:
@@ -691,4 +699,3 @@ async def _connect(settings: BusSettings, name: str) -> NatsClient:
         ) from None
     m.CONNECTED.set(1)
     return nc
-

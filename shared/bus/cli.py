@@ -1,7 +1,7 @@
 """``runnerscale bus``: set up and inspect the bus without the NATS CLI.
 
-    runnerscale bus setup     create or check every stream and bucket (exit 1 on a conflict)
-    runnerscale bus status    streams, consumers, shard owners and leaders, as JSON lines
+runnerscale bus setup     create or check every stream and bucket (exit 1 on a conflict)
+runnerscale bus status    streams, consumers, shard owners and leaders, as JSON lines
 """
 
 from __future__ import annotations
@@ -72,5 +72,10 @@ async def _status(settings: BusSettings) -> int:
                 except nats.js.errors.KeyNotFoundError:
                     continue
                 holder = msgspec.json.decode(entry.value or b"{}")
-                print(msgspec.json.encode({"bucket": bucket, "key": key, "holder": holder, "revision": entry.revision}).decode(), file=out)
+                print(
+                    msgspec.json.encode(
+                        {"bucket": bucket, "key": key, "holder": holder, "revision": entry.revision}
+                    ).decode(),
+                    file=out,
+                )
     return 0

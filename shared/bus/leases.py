@@ -112,7 +112,7 @@ class _LeaseStore:
         try:
             with anyio.fail_after(self.timeout):
                 await self.kv.delete(lease.key, last=lease.revision)
-        except Exception as exc:  # noqa: BLE001 - the TTL frees it anyway
+        except Exception as exc:
             log.info("lease release failed; it will expire", key=lease.key, error=type(exc).__name__)
 
 
@@ -215,7 +215,10 @@ class ShardOwnership:
         self = cls(bus, group, replica_id=replica_id, shards=shards, on_change=on_change)
         s = bus.settings
         self._store = _LeaseStore(
-            await bus.key_value(subjects.SHARDS_BUCKET), self.holder, validity=s.lease_validity, timeout=s.request_timeout
+            await bus.key_value(subjects.SHARDS_BUCKET),
+            self.holder,
+            validity=s.lease_validity,
+            timeout=s.request_timeout,
         )
         self._members_kv = await bus.key_value(subjects.MEMBERS_BUCKET)
         try:
@@ -282,7 +285,7 @@ class ShardOwnership:
         while True:
             try:
                 await self._round()
-            except Exception as exc:  # noqa: BLE001 - NATS outages must not end ownership handling
+            except Exception as exc:
                 if is_transient(exc):
                     log.info("shard round skipped: NATS unavailable", group=self.group, error=type(exc).__name__)
                 else:
@@ -294,14 +297,16 @@ class ShardOwnership:
     async def _round(self) -> None:
         assert self._store is not None and self._members_kv is not None
         with anyio.fail_after(self.bus.settings.request_timeout):
-            await self._members_kv.put(subjects.member_key(self.group, self.replica_id), msgspec.json.encode(self.holder))
+            await self._members_kv.put(
+                subjects.member_key(self.group, self.replica_id), msgspec.json.encode(self.holder)
+            )
         self.members = await self._count_members()
         lost_now: set[int] = set()
         for shard, lease in list(self._held.items()):
             renewed = None
             try:
                 renewed = await self._store.renew(lease)
-            except Exception as exc:  # noqa: BLE001 - keep the lease until it lapses locally
+            except Exception as exc:
                 if _now() < lease.valid_until:
                     log.info("renew failed, lease still valid locally", shard=shard, error=type(exc).__name__)
                     continue
@@ -345,13 +350,20 @@ class ShardOwnership:
             m.LEASE_CHANGES.labels(self.group, "gained").inc(len(gained))
         if lost:
             m.LEASE_CHANGES.labels(self.group, "lost").inc(len(lost))
-        log.info("shards changed", group=self.group, replica=self.replica_id, gained=sorted(gained), lost=sorted(lost), owned=len(after))
+        log.info(
+            "shards changed",
+            group=self.group,
+            replica=self.replica_id,
+            gained=sorted(gained),
+            lost=sorted(lost),
+            owned=len(after),
+        )
         if self.on_change is not None:
             try:
                 result = self.on_change(ShardChange(gained, lost))
                 if result is not None:
                     await result
-            except Exception as exc:  # noqa: BLE001 - a callback bug must not stop lease renewal
+            except Exception as exc:
                 log.error("shard change callback failed", group=self.group, error=f"{type(exc).__name__}: {exc}")
 
     async def _count_members(self) -> int:
@@ -372,7 +384,7 @@ class ShardOwnership:
         member_subject = f"$KV.{subjects.MEMBERS_BUCKET}.{subjects.member_key(self.group, self.replica_id)}"
         try:
             await self.bus.js.purge_stream(f"KV_{subjects.MEMBERS_BUCKET}", subject=member_subject)
-        except Exception as exc:  # noqa: BLE001 - the TTL removes it anyway
+        except Exception as exc:
             log.info("member key purge failed; it will expire", error=type(exc).__name__)
 
 
@@ -422,7 +434,10 @@ class LeaderLease:
         self = cls(bus, name, replica_id=replica_id)
         s = bus.settings
         self._store = _LeaseStore(
-            await bus.key_value(subjects.LEADERS_BUCKET), self.holder, validity=s.lease_validity, timeout=s.request_timeout
+            await bus.key_value(subjects.LEADERS_BUCKET),
+            self.holder,
+            validity=s.lease_validity,
+            timeout=s.request_timeout,
         )
         try:
             async with background_tasks(self._run):
@@ -495,7 +510,7 @@ class LeaderLease:
                         _lose(lost)
                     else:
                         _extend(renewed)
-            except Exception as exc:  # noqa: BLE001 - outages: the lease lapses locally on its own
+            except Exception as exc:
                 log.info("leader lease round failed", lease=self.name, error=type(exc).__name__)
             if self._lease is not None and _now() >= self._lease.valid_until:
                 lost, self._lease = self._lease, None

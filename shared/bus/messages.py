@@ -29,7 +29,7 @@ AwareDatetime = Annotated[dt.datetime, msgspec.Meta(tz=True)]
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 class _Message(msgspec.Struct, rename="camel", tag_field="kind"):
@@ -238,7 +238,9 @@ def decode(subject: str, data: bytes) -> BusMessage:
         raise MalformedMessage(subject, str(exc)) from None
     ref = _ref_of(message)
     if (ref.namespace, ref.name) != (info.namespace, info.name):
-        raise MalformedMessage(subject, f"body names {ref.namespace}/{ref.name}, subject names {info.namespace}/{info.name}")
+        raise MalformedMessage(
+            subject, f"body names {ref.namespace}/{ref.name}, subject names {info.namespace}/{info.name}"
+        )
     if isinstance(message, ResourceChanged) and message.resource_kind.lower() != info.resource_kind:
         raise MalformedMessage(subject, f"body kind {message.resource_kind!r} does not match the subject")
     return message

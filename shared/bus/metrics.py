@@ -30,10 +30,14 @@ PUBLISHED_MESSAGES = Counter(
     ["subject_kind", "duplicate"],
 )
 PUBLISH_RETRIES = Counter(
-    "runnerscale_bus_publish_retries_total", "Publish attempts that failed transiently and were retried", ["subject_kind"]
+    "runnerscale_bus_publish_retries_total",
+    "Publish attempts that failed transiently and were retried",
+    ["subject_kind"],
 )
 PUBLISH_FAILURES = Counter(
-    "runnerscale_bus_publish_failures_total", "Publishes given up on (PublishFailed, or dropped from the outbox)", ["subject_kind"]
+    "runnerscale_bus_publish_failures_total",
+    "Publishes given up on (PublishFailed, or dropped from the outbox)",
+    ["subject_kind"],
 )
 OUTBOX_DEPTH = Gauge("runnerscale_bus_outbox_depth", "Messages waiting in the in-memory outbox")
 CONNECTED = Gauge("runnerscale_bus_connected", "1 while the NATS connection is up")
@@ -46,6 +50,8 @@ DELIVERY_LATENCY = Histogram(
 )
 SHARDS_OWNED = Gauge("runnerscale_bus_shards_owned", "Shards this replica holds a lease on", ["group"])
 LEASE_CHANGES = Counter(
-    "runnerscale_bus_lease_changes_total", "Leases gained or lost", ["lease", "change"]  # change: gained | lost | released
+    "runnerscale_bus_lease_changes_total",
+    "Leases gained or lost",
+    ["lease", "change"],  # change: gained | lost | released
 )
 LEADER = Gauge("runnerscale_bus_leader", "1 while this replica holds the leader lease", ["lease"])

@@ -95,18 +95,70 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls_ca", "RUNNERSCALE_NATS_TLS_CA", "--nats-tls-ca", str, "CA bundle to verify the NATS server"),
     Option("tls_cert", "RUNNERSCALE_NATS_TLS_CERT", "--nats-tls-cert", str, "client certificate (mutual TLS)"),
     Option("tls_key", "RUNNERSCALE_NATS_TLS_KEY", "--nats-tls-key", str, "client key (mutual TLS)"),
-    Option("stream_replicas", "RUNNERSCALE_NATS_STREAM_REPLICAS", "--nats-stream-replicas", int, "JetStream replicas per stream/bucket"),
+    Option(
+        "stream_replicas",
+        "RUNNERSCALE_NATS_STREAM_REPLICAS",
+        "--nats-stream-replicas",
+        int,
+        "JetStream replicas per stream/bucket",
+    ),
     Option("history", "RUNNERSCALE_BUS_HISTORY", "--bus-history", int, "messages kept per subject on level streams"),
-    Option("job_retention", "RUNNERSCALE_BUS_JOB_RETENTION", "--bus-job-retention", float, "seconds job events are kept"),
-    Option("duplicate_window", "RUNNERSCALE_BUS_DUPLICATE_WINDOW", "--bus-duplicate-window", float, "seconds of Nats-Msg-Id de-duplication"),
-    Option("lease_ttl", "RUNNERSCALE_BUS_LEASE_TTL", "--bus-lease-ttl", float, "seconds a lease outlives its last renewal"),
-    Option("renew_interval", "RUNNERSCALE_BUS_RENEW_INTERVAL", "--bus-renew-interval", float, "seconds between renewals (default ttl/4)"),
+    Option(
+        "job_retention", "RUNNERSCALE_BUS_JOB_RETENTION", "--bus-job-retention", float, "seconds job events are kept"
+    ),
+    Option(
+        "duplicate_window",
+        "RUNNERSCALE_BUS_DUPLICATE_WINDOW",
+        "--bus-duplicate-window",
+        float,
+        "seconds of Nats-Msg-Id de-duplication",
+    ),
+    Option(
+        "lease_ttl", "RUNNERSCALE_BUS_LEASE_TTL", "--bus-lease-ttl", float, "seconds a lease outlives its last renewal"
+    ),
+    Option(
+        "renew_interval",
+        "RUNNERSCALE_BUS_RENEW_INTERVAL",
+        "--bus-renew-interval",
+        float,
+        "seconds between renewals (default ttl/4)",
+    ),
     Option("shards", "RUNNERSCALE_BUS_SHARDS", "--bus-shards", int, "number of shards resource keys hash to"),
-    Option("connect_timeout", "RUNNERSCALE_NATS_CONNECT_TIMEOUT", "--nats-connect-timeout", float, "seconds to connect at start-up"),
-    Option("request_timeout", "RUNNERSCALE_NATS_REQUEST_TIMEOUT", "--nats-request-timeout", float, "seconds per JetStream request"),
-    Option("publish_deadline", "RUNNERSCALE_BUS_PUBLISH_DEADLINE", "--bus-publish-deadline", float, "seconds a publish is retried"),
-    Option("outbox_capacity", "RUNNERSCALE_BUS_OUTBOX_CAPACITY", "--bus-outbox-capacity", int, "messages buffered while NATS is down"),
-    Option("reconnect_wait", "RUNNERSCALE_NATS_RECONNECT_WAIT", "--nats-reconnect-wait", float, "base seconds between reconnect attempts (doubles, jittered)"),
+    Option(
+        "connect_timeout",
+        "RUNNERSCALE_NATS_CONNECT_TIMEOUT",
+        "--nats-connect-timeout",
+        float,
+        "seconds to connect at start-up",
+    ),
+    Option(
+        "request_timeout",
+        "RUNNERSCALE_NATS_REQUEST_TIMEOUT",
+        "--nats-request-timeout",
+        float,
+        "seconds per JetStream request",
+    ),
+    Option(
+        "publish_deadline",
+        "RUNNERSCALE_BUS_PUBLISH_DEADLINE",
+        "--bus-publish-deadline",
+        float,
+        "seconds a publish is retried",
+    ),
+    Option(
+        "outbox_capacity",
+        "RUNNERSCALE_BUS_OUTBOX_CAPACITY",
+        "--bus-outbox-capacity",
+        int,
+        "messages buffered while NATS is down",
+    ),
+    Option(
+        "reconnect_wait",
+        "RUNNERSCALE_NATS_RECONNECT_WAIT",
+        "--nats-reconnect-wait",
+        float,
+        "base seconds between reconnect attempts (doubles, jittered)",
+    ),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
 
@@ -173,14 +225,25 @@ def validate(s: BusSettings) -> None:
     if s.creds_file and not nkeys_available():
         # nats-py signs with the optional ``nkeys`` package, imported only when connecting: without
         # it the first connect dies with ModuleNotFoundError instead of a settings error.
-        raise bad("creds_file", "a credentials file needs the 'nkeys' package (pip install 'nats-py[nkeys]'), which is not installed")
+        raise bad(
+            "creds_file",
+            "a credentials file needs the 'nkeys' package (pip install 'nats-py[nkeys]'), which is not installed",
+        )
     if bool(s.tls_cert) != bool(s.tls_key):
         raise bad("tls_cert" if not s.tls_cert else "tls_key", "client certificate and key must be given together")
     if not 1 <= s.stream_replicas <= 5:
         raise bad("stream_replicas", f"must be 1..5, got {s.stream_replicas}")
     if not 1 <= s.history <= 64:
         raise bad("history", f"must be 1..64, got {s.history}")
-    for field in ("job_retention", "duplicate_window", "lease_ttl", "connect_timeout", "request_timeout", "publish_deadline", "reconnect_wait"):
+    for field in (
+        "job_retention",
+        "duplicate_window",
+        "lease_ttl",
+        "connect_timeout",
+        "request_timeout",
+        "publish_deadline",
+        "reconnect_wait",
+    ):
         if getattr(s, field) <= 0:
             raise bad(field, f"must be > 0, got {getattr(s, field)}")
     if s.duplicate_window > s.job_retention:

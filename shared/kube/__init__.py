@@ -1,10 +1,10 @@
 """Kubernetes access layer and controller runtime (see README "Kubernetes access layer").
 
-    async with await KubeClient.connect(kubeconfig) as kube:
-        reader, writer = ApiReader(kube), ApiWriter(kube)
-        ers = await reader.get(EPHEMERAL_RUNNER_SETS, "ns/name")
-        await writer.patch_status(EPHEMERAL_RUNNER_SETS, "ns/name", {"status": {...}},
-                                  resource_version=ers.metadata.resource_version)
+async with await KubeClient.connect(kubeconfig) as kube:
+    reader, writer = ApiReader(kube), ApiWriter(kube)
+    ers = await reader.get(EPHEMERAL_RUNNER_SETS, "ns/name")
+    await writer.patch_status(EPHEMERAL_RUNNER_SETS, "ns/name", {"status": {...}},
+                              resource_version=ers.metadata.resource_version)
 """
 
 from shared.kube.client import DEFAULT_REQUEST_TIMEOUT, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeClient

@@ -48,13 +48,21 @@ class KubeClient:
     # --- construction ----------------------------------------------------------------------------
 
     @classmethod
-    async def from_kubeconfig(cls, path: str | Path | None = None, *, context: str | None = None, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> KubeClient:
+    async def from_kubeconfig(
+        cls,
+        path: str | Path | None = None,
+        *,
+        context: str | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ) -> KubeClient:
         """Connect with a kubeconfig file (``None``: ``$KUBECONFIG`` or ``~/.kube/config``)."""
         from kubernetes_asyncio import client, config
 
         cfg = client.Configuration()
         try:
-            await config.load_kube_config(config_file=str(path) if path else None, context=context, client_configuration=cfg)
+            await config.load_kube_config(
+                config_file=str(path) if path else None, context=context, client_configuration=cfg
+            )
         except (config.ConfigException, OSError, ValueError, TypeError) as exc:
             raise ConnectionFailed(f"load kubeconfig {path or '(default)'}", str(exc)) from None
         return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout)
@@ -81,7 +89,13 @@ class KubeClient:
         return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout)
 
     @classmethod
-    async def connect(cls, kubeconfig: str | Path | None = None, *, context: str | None = None, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> KubeClient:
+    async def connect(
+        cls,
+        kubeconfig: str | Path | None = None,
+        *,
+        context: str | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ) -> KubeClient:
         """A kubeconfig path if given; else in-cluster when running in a pod; else the default kubeconfig."""
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             return cls.in_cluster(request_timeout=request_timeout)
@@ -104,7 +118,9 @@ class KubeClient:
 
     # --- requests --------------------------------------------------------------------------------
 
-    async def _send(self, what: str, method: str, path: str, query: Query, body: Any, content_type: str, client_timeout: Any) -> aiohttp.ClientResponse:
+    async def _send(
+        self, what: str, method: str, path: str, query: Query, body: Any, content_type: str, client_timeout: Any
+    ) -> aiohttp.ClientResponse:
         if self._closed:
             raise ConnectionFailed(what, "client is closed")
         try:
@@ -154,14 +170,18 @@ class KubeClient:
         return data
 
     @asynccontextmanager
-    async def stream(self, path: str, *, what: str, query: Query, read_timeout: float) -> AsyncIterator[AsyncIterator[bytes]]:
+    async def stream(
+        self, path: str, *, what: str, query: Query, read_timeout: float
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Open a streaming GET (a watch) and yield an iterator of its lines.
 
         Opening (headers) has the request deadline; each line must arrive within ``read_timeout``.
         A stream that breaks mid-way raises :class:`ConnectionFailed` / :class:`Timeout` from the
         iterator; a clean end of stream just ends the iteration.
         """
-        client_timeout = aiohttp.ClientTimeout(total=None, connect=self.request_timeout, sock_connect=self.request_timeout, sock_read=read_timeout)
+        client_timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.request_timeout, sock_connect=self.request_timeout, sock_read=read_timeout
+        )
         try:
             with anyio.fail_after(self.request_timeout):
                 resp = await self._send(what, "GET", path, query, None, JSON, client_timeout)
@@ -195,4 +215,12 @@ async def _lines(resp: aiohttp.ClientResponse, what: str, read_timeout: float) -
             yield line
 
 
-__all__ = ["KubeClient", "KubeError", "JSON", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "JSON_PATCH", "DEFAULT_REQUEST_TIMEOUT"]
+__all__ = [
+    "DEFAULT_REQUEST_TIMEOUT",
+    "JSON",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "KubeClient",
+    "KubeError",
+]

@@ -262,7 +262,11 @@ class Controller:
             retry_after = exc.retry_after if isinstance(exc, Throttled) and exc.retry_after else 0.0
             delay = self.queue.add_rate_limited(key, at_least=retry_after)
             self._log.error(
-                "reconcile failed; retrying", namespace=key.namespace, name=key.name, error=f"{type(exc).__name__}: {exc}", retry_in=round(delay, 3)
+                "reconcile failed; retrying",
+                namespace=key.namespace,
+                name=key.name,
+                error=f"{type(exc).__name__}: {exc}",
+                retry_in=round(delay, 3),
             )
             return
         finally:

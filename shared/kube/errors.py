@@ -59,7 +59,9 @@ class KubeError(Exception):
 
     retryable: bool = False
 
-    def __init__(self, request: str, message: str, *, status: int = 0, reason: str = "", details: StatusDetails | None = None) -> None:
+    def __init__(
+        self, request: str, message: str, *, status: int = 0, reason: str = "", details: StatusDetails | None = None
+    ) -> None:
         self.request = request
         self.message = message
         self.status = status
@@ -162,7 +164,9 @@ def translate_status(request: str, code: int, body: bytes, headers: object = Non
     """The :class:`KubeError` for an HTTP error response (pure: no I/O)."""
     status = decode_status(body)
     reason = status.reason if status else ""
-    message = (status.message if status and status.message else body[:200].decode("utf-8", "replace").strip()) or f"HTTP {code}"
+    message = (
+        status.message if status and status.message else body[:200].decode("utf-8", "replace").strip()
+    ) or f"HTTP {code}"
     details = status.details if status else None
     kw = {"status": code, "reason": reason, "details": details}
     if code == 404:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -61,7 +61,9 @@ def event_name(object_name: str, now_ns: int) -> str:
 
 
 class EventRecorder:
-    def __init__(self, writer: ApiWriter, component: str, *, host: str = "", cache_size: int = 4096, timeout: float = 5.0) -> None:
+    def __init__(
+        self, writer: ApiWriter, component: str, *, host: str = "", cache_size: int = 4096, timeout: float = 5.0
+    ) -> None:
         self.writer = writer
         self.component = component
         self.host = host
@@ -74,15 +76,30 @@ class EventRecorder:
         involved = obj if isinstance(obj, InvolvedObject) else InvolvedObject.of(obj)
         etype = str(EventType(type))
         key = (involved, etype, reason, message)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         seen = self._seen.get(key)
         try:
             with best_effort_writes():
                 await self._write(involved, key, seen, etype, reason, message, now)
         except KubeError as exc:
-            log.warning("could not record event", namespace=involved.namespace, name=involved.name, reason=reason, error=str(exc))
+            log.warning(
+                "could not record event",
+                namespace=involved.namespace,
+                name=involved.name,
+                reason=reason,
+                error=str(exc),
+            )
 
-    async def _write(self, involved: InvolvedObject, key: tuple[Any, ...], seen: _Seen | None, etype: str, reason: str, message: str, now: datetime) -> None:
+    async def _write(
+        self,
+        involved: InvolvedObject,
+        key: tuple[Any, ...],
+        seen: _Seen | None,
+        etype: str,
+        reason: str,
+        message: str,
+        now: datetime,
+    ) -> None:
         if seen is not None:
             try:
                 await self.writer.patch_merge(

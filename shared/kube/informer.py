@@ -200,7 +200,12 @@ class Informer(Generic[T]):
         try:
             handler(change)
         except Exception:
-            log.exception("informer handler failed", resource=self.resource.qualified, key=str(change.key), change=str(change.type))
+            log.exception(
+                "informer handler failed",
+                resource=self.resource.qualified,
+                key=str(change.key),
+                change=str(change.type),
+            )
 
     def _emit(self, change: Change[Any]) -> None:
         for handler in list(self._handlers):
@@ -295,7 +300,12 @@ class Informer(Generic[T]):
                     delay = self._backoff.next()
                     if isinstance(exc, Throttled) and exc.retry_after:
                         delay = max(delay, exc.retry_after)
-                    log.warning("list/watch failed; retrying", resource=self.resource.qualified, error=str(exc), retry_in=round(delay, 3))
+                    log.warning(
+                        "list/watch failed; retrying",
+                        resource=self.resource.qualified,
+                        error=str(exc),
+                        retry_in=round(delay, 3),
+                    )
                     await anyio.sleep(delay)
         finally:
             self._running = False
@@ -303,7 +313,11 @@ class Informer(Generic[T]):
     async def _list(self) -> None:
         self.relists += 1
         raw_items, rv = await self._reader.list_raw(
-            self.resource, namespace=self.namespace, label_selector=self.label_selector, field_selector=self.field_selector, page_size=self.page_size
+            self.resource,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            page_size=self.page_size,
         )
         entries = [e for e in (self._decode_entry(raw) for raw in raw_items) if e is not None]
         self._replace_all(entries)

@@ -53,7 +53,7 @@ import zlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -98,7 +98,7 @@ def _now() -> float:
 
 
 def _wall() -> str:
-    return micro_time(datetime.now(timezone.utc))
+    return micro_time(datetime.now(UTC))
 
 
 def default_lease_namespace(environ: Mapping[str, str] | None = None) -> str:
@@ -274,7 +274,9 @@ class KubeShardOwnership:
         on_change: ChangeCallback | None = None,
     ) -> AsyncIterator[KubeShardOwnership]:
         """Join ``group`` and keep claiming/renewing until the block exits, then release."""
-        self = cls(kube, group, replica_id=replica_id, shards=shards, namespace=namespace, timing=timing, on_change=on_change)
+        self = cls(
+            kube, group, replica_id=replica_id, shards=shards, namespace=namespace, timing=timing, on_change=on_change
+        )
         try:
             async with background_tasks(self._run):  # the block's own exception propagates unwrapped
                 yield self
@@ -339,8 +341,12 @@ class KubeShardOwnership:
             try:
                 ok = await self._round()
             except KubeError as exc:
-                log.info("shard round incomplete: Kubernetes API unavailable", group=self.group, error=f"{type(exc).__name__}: {exc}")
-            except Exception as exc:  # noqa: BLE001 - nothing may end lease handling but cancellation
+                log.info(
+                    "shard round incomplete: Kubernetes API unavailable",
+                    group=self.group,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            except Exception as exc:
                 log.warning("shard round failed", group=self.group, error=f"{type(exc).__name__}: {exc}")
             self._expire_lapsed()
             await self._report()
@@ -359,7 +365,9 @@ class KubeShardOwnership:
 
         async def list_leases() -> None:
             try:
-                outcome["listed"] = await self.reader.list(LEASES, namespace=self.namespace, label_selector=self._selector, timeout=self.timing.timeout)
+                outcome["listed"] = await self.reader.list(
+                    LEASES, namespace=self.namespace, label_selector=self._selector, timeout=self.timing.timeout
+                )
             except Forbidden as exc:
                 log.error(
                     "lease list forbidden: grant get, list, create, patch and delete on coordination.k8s.io leases in the lease namespace",
@@ -368,7 +376,11 @@ class KubeShardOwnership:
                     error=str(exc),
                 )
             except KubeError as exc:
-                log.info("lease list failed; renewing held shards only", group=self.group, error=f"{type(exc).__name__}: {exc}")
+                log.info(
+                    "lease list failed; renewing held shards only",
+                    group=self.group,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(heartbeat)
@@ -450,9 +462,15 @@ class KubeShardOwnership:
     async def _heartbeat(self) -> bool:
         """Renew this replica's member lease (last-write-wins on purpose: it only counts replicas)."""
         stamp = _wall()
-        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.timing.duration_seconds, "renewTime": stamp}
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.timing.duration_seconds,
+            "renewTime": stamp,
+        }
         try:
-            await self.writer.patch_merge(LEASES, ObjectKey(self.namespace, self._member_name), {"spec": spec}, timeout=self.timing.timeout)
+            await self.writer.patch_merge(
+                LEASES, ObjectKey(self.namespace, self._member_name), {"spec": spec}, timeout=self.timing.timeout
+            )
             return True
         except NotFound:
             pass
@@ -480,7 +498,11 @@ class KubeShardOwnership:
         except AlreadyExists:
             pass
         except Forbidden as exc:
-            log.error("lease namespace is missing and cannot be created: create it or set the lease namespace", namespace=self.namespace, error=str(exc))
+            log.error(
+                "lease namespace is missing and cannot be created: create it or set the lease namespace",
+                namespace=self.namespace,
+                error=str(exc),
+            )
             raise
 
     def _holding(self, shard: int, lease: Lease, sent: float) -> _Held:
@@ -515,7 +537,11 @@ class KubeShardOwnership:
                 else:
                     spec["leaseTransitions"] = seen.transitions + 1
                 stored = await self.writer.patch_merge(
-                    LEASES, ObjectKey(self.namespace, name), {"spec": spec}, resource_version=seen.resource_version, timeout=self.timing.timeout
+                    LEASES,
+                    ObjectKey(self.namespace, name),
+                    {"spec": spec},
+                    resource_version=seen.resource_version,
+                    timeout=self.timing.timeout,
                 )
         except (AlreadyExists, Conflict, NotFound):
             return  # someone else moved first; the next round sees the new state
@@ -550,9 +576,15 @@ class KubeShardOwnership:
             rv = listed.metadata.resource_version
         for _ in range(2):
             sent = _now()
-            spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.timing.duration_seconds, "renewTime": _wall()}
+            spec = {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": self.timing.duration_seconds,
+                "renewTime": _wall(),
+            }
             try:
-                stored = await self.writer.patch_merge(LEASES, key, {"spec": spec}, resource_version=rv, timeout=self.timing.timeout)
+                stored = await self.writer.patch_merge(
+                    LEASES, key, {"spec": spec}, resource_version=rv, timeout=self.timing.timeout
+                )
             except Conflict:
                 try:  # decided on stale data: re-read and decide again
                     current = await self.reader.get_or_none(LEASES, key, timeout=self.timing.timeout)
@@ -568,7 +600,12 @@ class KubeShardOwnership:
                 self._drop(lease, "deleted")
                 return True
             except KubeError as exc:
-                log.info("lease renewal failed; still valid locally until its deadline", group=self.group, shard=lease.shard, error=f"{type(exc).__name__}: {exc}")
+                log.info(
+                    "lease renewal failed; still valid locally until its deadline",
+                    group=self.group,
+                    shard=lease.shard,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 return False
             if stored.spec.holder_identity != self.identity:
                 self._drop(lease, "taken")
@@ -594,7 +631,9 @@ class KubeShardOwnership:
             stamp = _wall()
             spec = {"holderIdentity": "", "leaseDurationSeconds": 1, "acquireTime": stamp, "renewTime": stamp}
             try:
-                await self.writer.patch_merge(LEASES, key, {"spec": spec}, resource_version=rv, timeout=self.timing.timeout)
+                await self.writer.patch_merge(
+                    LEASES, key, {"spec": spec}, resource_version=rv, timeout=self.timing.timeout
+                )
                 m.LEASE_CHANGES.labels(self.group, "released").inc()
                 return
             except Conflict:
@@ -606,7 +645,12 @@ class KubeShardOwnership:
                     return  # not ours any more: nothing to release
                 rv = current.metadata.resource_version
             except KubeError as exc:
-                log.info("lease release failed; it will expire", group=self.group, shard=lease.shard, error=type(exc).__name__)
+                log.info(
+                    "lease release failed; it will expire",
+                    group=self.group,
+                    shard=lease.shard,
+                    error=type(exc).__name__,
+                )
                 return
 
     async def _leave(self) -> None:
@@ -619,7 +663,9 @@ class KubeShardOwnership:
             for lease in leases:
                 tg.start_soon(self._release, lease)
         try:
-            await self.writer.delete(LEASES, ObjectKey(self.namespace, self._member_name), missing_ok=True, timeout=self.timing.timeout)
+            await self.writer.delete(
+                LEASES, ObjectKey(self.namespace, self._member_name), missing_ok=True, timeout=self.timing.timeout
+            )
         except KubeError as exc:
             log.info("member lease delete failed; it will expire", group=self.group, error=type(exc).__name__)
 
@@ -642,11 +688,18 @@ class KubeShardOwnership:
             m.LEASE_CHANGES.labels(self.group, "gained").inc(len(gained))
         if lost:
             m.LEASE_CHANGES.labels(self.group, "lost").inc(len(lost))
-        log.info("shards changed", group=self.group, replica=self.replica_id, gained=sorted(gained), lost=sorted(lost), owned=len(after))
+        log.info(
+            "shards changed",
+            group=self.group,
+            replica=self.replica_id,
+            gained=sorted(gained),
+            lost=sorted(lost),
+            owned=len(after),
+        )
         if self.on_change is not None:
             try:
                 result = self.on_change(ShardChange(gained, lost))
                 if result is not None:
                     await result
-            except Exception as exc:  # noqa: BLE001 - a callback bug must not stop lease renewal
+            except Exception as exc:
                 log.error("shard change callback failed", group=self.group, error=f"{type(exc).__name__}: {exc}")

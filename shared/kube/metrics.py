@@ -39,10 +39,16 @@ def controller_metrics(registry: CollectorRegistry | None = None) -> ControllerM
             return found[1]
         metrics = ControllerMetrics(
             reconcile_total=Counter(
-                "controller_runtime_reconcile_total", "Total number of reconciliations per controller", ["controller", "result"], registry=registry
+                "controller_runtime_reconcile_total",
+                "Total number of reconciliations per controller",
+                ["controller", "result"],
+                registry=registry,
             ),
             reconcile_errors_total=Counter(
-                "controller_runtime_reconcile_errors_total", "Total number of reconciliation errors per controller", ["controller"], registry=registry
+                "controller_runtime_reconcile_errors_total",
+                "Total number of reconciliation errors per controller",
+                ["controller"],
+                registry=registry,
             ),
             reconcile_time_seconds=Histogram(
                 "controller_runtime_reconcile_time_seconds",
@@ -52,16 +58,37 @@ def controller_metrics(registry: CollectorRegistry | None = None) -> ControllerM
                 registry=registry,
             ),
             active_workers=Gauge(
-                "controller_runtime_active_workers", "Number of currently used workers per controller", ["controller"], registry=registry
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+                ["controller"],
+                registry=registry,
             ),
             max_concurrent_reconciles=Gauge(
-                "controller_runtime_max_concurrent_reconciles", "Maximum number of concurrent reconciles per controller", ["controller"], registry=registry
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller",
+                ["controller"],
+                registry=registry,
             ),
-            queue_depth=Gauge("workqueue_depth", "Current depth of workqueue", ["controller", "name"], registry=registry),
-            queue_adds_total=Counter("workqueue_adds_total", "Total number of adds handled by workqueue", ["controller", "name"], registry=registry),
-            queue_retries_total=Counter("workqueue_retries_total", "Total number of retries handled by workqueue", ["controller", "name"], registry=registry),
+            queue_depth=Gauge(
+                "workqueue_depth", "Current depth of workqueue", ["controller", "name"], registry=registry
+            ),
+            queue_adds_total=Counter(
+                "workqueue_adds_total",
+                "Total number of adds handled by workqueue",
+                ["controller", "name"],
+                registry=registry,
+            ),
+            queue_retries_total=Counter(
+                "workqueue_retries_total",
+                "Total number of retries handled by workqueue",
+                ["controller", "name"],
+                registry=registry,
+            ),
             skipped_total=Counter(
-                "runnerscale_controller_skipped_total", "Keys skipped because another replica owns them", ["controller"], registry=registry
+                "runnerscale_controller_skipped_total",
+                "Keys skipped because another replica owns them",
+                ["controller"],
+                registry=registry,
             ),
         )
         _by_registry[id(registry)] = (registry, metrics)

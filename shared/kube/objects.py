@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -117,7 +117,9 @@ class Secret(_Obj, kw_only=True):
         try:
             return base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError):
-            raise SecretDataError(f"secret {self.metadata.namespace}/{self.metadata.name}: data[{key!r}] is not base64") from None
+            raise SecretDataError(
+                f"secret {self.metadata.namespace}/{self.metadata.name}: data[{key!r}] is not base64"
+            ) from None
 
 
 class ObjectReference(_Obj, kw_only=True):
@@ -237,9 +239,9 @@ class Lease(_Obj, kw_only=True):
 
 def micro_time(when: datetime) -> str:
     """A MicroTime as the server writes it: ``2026-11-29T12:00:00.000000Z`` (exactly six digits)."""
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def kube_time(when: datetime) -> str:
     """A meta/v1 Time (second precision): ``2026-11-29T12:00:00Z``."""
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

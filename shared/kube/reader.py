@@ -41,7 +41,9 @@ class ApiReader:
         data = await self.client.request("GET", resource.object_path(key), what=what, timeout=timeout)
         return decode_object(resource, data, what)
 
-    async def get_or_none(self, resource: Resource[T], key: ObjectKey | str, *, timeout: float | None = None) -> T | None:
+    async def get_or_none(
+        self, resource: Resource[T], key: ObjectKey | str, *, timeout: float | None = None
+    ) -> T | None:
         from shared.kube.errors import NotFound
 
         try:
@@ -66,7 +68,12 @@ class ApiReader:
         """
         what = resource.describe("LIST", namespace=namespace)
         raw_items, list_rv = await self.list_raw(
-            resource, namespace=namespace, label_selector=label_selector, field_selector=field_selector, page_size=page_size, timeout=timeout
+            resource,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            page_size=page_size,
+            timeout=timeout,
         )
         return Listed([decode_object(resource, raw, what) for raw in raw_items], list_rv)
 

@@ -93,7 +93,9 @@ class Resource(Generic[T]):
         path = f"{self.collection_path(key.namespace if self.namespaced else None)}/{quote(key.name, safe='')}"
         return f"{path}/{subresource}" if subresource else path
 
-    def describe(self, verb: str, key: ObjectKey | None = None, subresource: str = "", namespace: str | None = None) -> str:
+    def describe(
+        self, verb: str, key: ObjectKey | None = None, subresource: str = "", namespace: str | None = None
+    ) -> str:
         """``PATCH ephemeralrunners.actions.github.com ns/name/status`` for error messages and logs."""
         target = str(key) if key is not None else (f"{namespace}/*" if namespace else "*")
         return f"{verb} {self.qualified} {target}{'/' + subresource if subresource else ''}"
@@ -119,9 +121,13 @@ PODS: Resource[Pod] = Resource("", "v1", "pods", "Pod", Pod, has_status=True)
 SECRETS: Resource[Secret] = Resource("", "v1", "secrets", "Secret", Secret)
 SERVICE_ACCOUNTS: Resource[ServiceAccount] = Resource("", "v1", "serviceaccounts", "ServiceAccount", ServiceAccount)
 EVENTS: Resource[Event] = Resource("", "v1", "events", "Event", Event)
-NAMESPACES: Resource[Namespace] = Resource("", "v1", "namespaces", "Namespace", Namespace, namespaced=False, has_status=True)
+NAMESPACES: Resource[Namespace] = Resource(
+    "", "v1", "namespaces", "Namespace", Namespace, namespaced=False, has_status=True
+)
 ROLES: Resource[Role] = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", Role)
-ROLE_BINDINGS: Resource[RoleBinding] = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", RoleBinding)
+ROLE_BINDINGS: Resource[RoleBinding] = Resource(
+    "rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", RoleBinding
+)
 LEASES: Resource[Lease] = Resource("coordination.k8s.io", "v1", "leases", "Lease", Lease)
 
 ALL_RESOURCES: tuple[Resource[Any], ...] = (

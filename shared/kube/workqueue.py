@@ -36,7 +36,9 @@ def backoff_delay(failures: int, base: float, cap: float) -> float:
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, *, base_delay: float = 0.005, max_delay: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, base_delay: float = 0.005, max_delay: float = 300.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.base_delay = base_delay
         self.max_delay = max_delay
         self._clock = clock

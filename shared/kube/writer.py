@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 import anyio
 
-from shared.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
 from shared.api import to_dict
+from shared.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
 from shared.kube.codec import decode_object, object_body
 from shared.kube.errors import BadRequest, Conflict, LocklessWrite, NotFound
 from shared.kube.resources import ObjectKey, Resource
@@ -90,31 +90,53 @@ class ApiWriter:
     def __init__(self, client: KubeClient) -> None:
         self.client = client
 
-    async def create(self, resource: Resource[T], obj: Any, *, namespace: str | None = None, timeout: float | None = None) -> T:
+    async def create(
+        self, resource: Resource[T], obj: Any, *, namespace: str | None = None, timeout: float | None = None
+    ) -> T:
         """POST ``obj`` (a struct or JSON tree). :class:`AlreadyExists` if the name is taken."""
         body = object_body(resource, obj)
         meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
         ns = namespace or meta.get("namespace") or None
         if resource.namespaced and not ns:
-            raise BadRequest(resource.describe("CREATE"), "a namespaced object needs metadata.namespace (or namespace=)")
+            raise BadRequest(
+                resource.describe("CREATE"), "a namespaced object needs metadata.namespace (or namespace=)"
+            )
         key = ObjectKey(ns or "", meta.get("name") or meta.get("generateName", "") + "*")
         what = resource.describe("CREATE", key)
         data = await self.client.request("POST", resource.collection_path(ns), what=what, body=body, timeout=timeout)
         return decode_object(resource, data, what)
 
     async def _patch(
-        self, resource: Resource[T], key: ObjectKey, patch: Any, resource_version: str | None, content_type: str, subresource: str, timeout: float | None
+        self,
+        resource: Resource[T],
+        key: ObjectKey,
+        patch: Any,
+        resource_version: str | None,
+        content_type: str,
+        subresource: str,
+        timeout: float | None,
     ) -> T:
         what = resource.describe("PATCH", key, subresource)
         _require_lock(what, bool(resource_version))
         body = with_resource_version(patch, resource_version)
         data = await self.client.request(
-            "PATCH", resource.object_path(key, subresource), what=what, body=body, content_type=content_type, timeout=timeout
+            "PATCH",
+            resource.object_path(key, subresource),
+            what=what,
+            body=body,
+            content_type=content_type,
+            timeout=timeout,
         )
         return decode_object(resource, data, what)
 
     async def patch_merge(
-        self, resource: Resource[T], key: ObjectKey | str, patch: Mapping[str, Any], *, resource_version: str | None = None, timeout: float | None = None
+        self,
+        resource: Resource[T],
+        key: ObjectKey | str,
+        patch: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
+        timeout: float | None = None,
     ) -> T:
         """JSON merge patch (RFC 7386: objects merge, ``None`` deletes, lists replace).
 
@@ -123,21 +145,39 @@ class ApiWriter:
         return await self._patch(resource, ObjectKey.of(key), patch, resource_version, MERGE_PATCH, "", timeout)
 
     async def patch_status(
-        self, resource: Resource[T], key: ObjectKey | str, patch: Mapping[str, Any], *, resource_version: str | None = None, timeout: float | None = None
+        self,
+        resource: Resource[T],
+        key: ObjectKey | str,
+        patch: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
+        timeout: float | None = None,
     ) -> T:
         """Merge patch of the ``/status`` subresource (spec and metadata in ``patch`` are ignored by
         the server for custom resources)."""
         if not resource.has_status:
-            raise BadRequest(resource.describe("PATCH", ObjectKey.of(key), "status"), f"{resource.qualified} has no status subresource")
+            raise BadRequest(
+                resource.describe("PATCH", ObjectKey.of(key), "status"),
+                f"{resource.qualified} has no status subresource",
+            )
         return await self._patch(resource, ObjectKey.of(key), patch, resource_version, MERGE_PATCH, "status", timeout)
 
     async def patch_strategic(
-        self, resource: Resource[T], key: ObjectKey | str, patch: Mapping[str, Any], *, resource_version: str | None = None, timeout: float | None = None
+        self,
+        resource: Resource[T],
+        key: ObjectKey | str,
+        patch: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
+        timeout: float | None = None,
     ) -> T:
         """Strategic merge patch (built-in kinds only: lists such as containers merge by name)."""
         key = ObjectKey.of(key)
         if resource.custom:
-            raise BadRequest(resource.describe("PATCH", key), "custom resources do not support strategic merge patch; use patch_merge")
+            raise BadRequest(
+                resource.describe("PATCH", key),
+                "custom resources do not support strategic merge patch; use patch_merge",
+            )
         return await self._patch(resource, key, patch, resource_version, STRATEGIC_MERGE_PATCH, "", timeout)
 
     async def replace(self, resource: Resource[T], obj: Any, *, timeout: float | None = None) -> T:
@@ -197,9 +237,17 @@ class ApiWriter:
         new = finalizers_patch(list(meta.finalizers), add=finalizer)
         if new is None:
             return obj
-        return await self.patch_merge(resource, resource.key_of(obj), {"metadata": {"finalizers": new}}, resource_version=meta.resource_version, timeout=timeout)
+        return await self.patch_merge(
+            resource,
+            resource.key_of(obj),
+            {"metadata": {"finalizers": new}},
+            resource_version=meta.resource_version,
+            timeout=timeout,
+        )
 
-    async def remove_finalizer(self, resource: Resource[T], obj: T, finalizer: str, *, timeout: float | None = None) -> T | None:
+    async def remove_finalizer(
+        self, resource: Resource[T], obj: T, finalizer: str, *, timeout: float | None = None
+    ) -> T | None:
         """Remove ``finalizer`` from ``obj`` (as read), locked on its resourceVersion.
 
         Returns None when the object is gone (already deleted, or this removal let it go). Merge
@@ -210,12 +258,20 @@ class ApiWriter:
         if new is None:
             return obj
         try:
-            return await self.patch_merge(resource, resource.key_of(obj), {"metadata": {"finalizers": new}}, resource_version=meta.resource_version, timeout=timeout)
+            return await self.patch_merge(
+                resource,
+                resource.key_of(obj),
+                {"metadata": {"finalizers": new}},
+                resource_version=meta.resource_version,
+                timeout=timeout,
+            )
         except NotFound:
             return None
 
 
-async def retry_on_conflict(decide_and_write: Callable[[], Awaitable[R]], *, attempts: int = 5, backoff: float = 0.01) -> R:
+async def retry_on_conflict(
+    decide_and_write: Callable[[], Awaitable[R]], *, attempts: int = 5, backoff: float = 0.01
+) -> R:
     """Run ``decide_and_write`` (which must re-read authoritatively, decide, and write with that
     read's resourceVersion) and re-run it on :class:`Conflict`, at most ``attempts`` times.
 

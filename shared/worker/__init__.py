@@ -1,11 +1,25 @@
 """The common worker runtime (see README "Worker runtime").
 
-    from shared.worker import WorkerContext, running_worker, worker_main
+from shared.worker import WorkerContext, running_worker, worker_main
 """
 
-from shared.worker.actions_pool import CONFIG_MAPS, ActionsClientPool, ActionsCredentialsUnavailable, ConfigMap, proxy_url_for
+from shared.worker.actions_pool import (
+    CONFIG_MAPS,
+    ActionsClientPool,
+    ActionsCredentialsUnavailable,
+    ConfigMap,
+    proxy_url_for,
+)
 from shared.worker.routing import default_key_of, route_to_controller
-from shared.worker.runtime import Setup, WorkerContext, WorkerHandle, connect_kube, run_worker, running_worker, worker_main
+from shared.worker.runtime import (
+    Setup,
+    WorkerContext,
+    WorkerHandle,
+    connect_kube,
+    run_worker,
+    running_worker,
+    worker_main,
+)
 from shared.worker.settings import (
     SettingsError,
     WorkerSettings,

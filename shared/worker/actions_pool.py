@@ -107,7 +107,14 @@ def proxy_url_for(config_url: str, proxy: ProxyConfig | None, credentials: Mappi
 class ActionsClientPool:
     """Builds and caches Actions clients; safe for concurrent reconciles."""
 
-    def __init__(self, reader: ApiReader, *, timeout: float = 60.0, settings: ClientSettings | None = None, user_agent: Any = None) -> None:
+    def __init__(
+        self,
+        reader: ApiReader,
+        *,
+        timeout: float = 60.0,
+        settings: ClientSettings | None = None,
+        user_agent: Any = None,
+    ) -> None:
         self.reader = reader
         self.timeout = timeout
         self.settings = settings
@@ -130,12 +137,26 @@ class ActionsClientPool:
             tls=spec.github_server_tls,
         )
 
-    async def get(self, namespace: str, *, config_url: str, secret_name: str, proxy: ProxyConfig | None = None, tls: TLSConfig | None = None) -> ActionsClient:
+    async def get(
+        self,
+        namespace: str,
+        *,
+        config_url: str,
+        secret_name: str,
+        proxy: ProxyConfig | None = None,
+        tls: TLSConfig | None = None,
+    ) -> ActionsClient:
         if self._closed:
             raise RuntimeError("ActionsClientPool is closed")
         if not secret_name:
             raise ActionsCredentialsUnavailable(namespace, "githubConfigSecret", "is empty")
-        key = PoolKey(namespace, secret_name, config_url, msgspec.json.encode(proxy) if proxy else b"", msgspec.json.encode(tls) if tls else b"")
+        key = PoolKey(
+            namespace,
+            secret_name,
+            config_url,
+            msgspec.json.encode(proxy) if proxy else b"",
+            msgspec.json.encode(tls) if tls else b"",
+        )
         lock = self._locks.setdefault(key, anyio.Lock())
         async with lock:
             secret = await self._secret(namespace, secret_name)
@@ -143,7 +164,11 @@ class ActionsClientPool:
             proxy_creds: dict[str, tuple[str, str]] = {}
             if proxy is not None:
                 for server in (proxy.http, proxy.https):
-                    if server is not None and server.credential_secret_ref and server.credential_secret_ref not in proxy_creds:
+                    if (
+                        server is not None
+                        and server.credential_secret_ref
+                        and server.credential_secret_ref not in proxy_creds
+                    ):
                         s = await self._secret(namespace, server.credential_secret_ref)
                         fingerprint.append(s.metadata.resource_version)
                         proxy_creds[server.credential_secret_ref] = (_text(s, "username"), _text(s, "password"))
@@ -207,7 +232,7 @@ class ActionsClientPool:
             for entry in entries:
                 try:
                     await entry.client.close()
-                except Exception as exc:  # noqa: BLE001 - shutting down
+                except Exception as exc:
                     log.info("Actions client close failed", error=type(exc).__name__)
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from shared.bus import Bus, BusError, ShardChange, ShardOwnership, subjects
@@ -70,7 +71,9 @@ async def connect_kube(settings: WorkerSettings) -> KubeClient:
     if settings.kube_url:
         return KubeClient.from_url(settings.kube_url, request_timeout=settings.kube_request_timeout)
     return await KubeClient.connect(
-        settings.kubeconfig or None, context=settings.kube_context or None, request_timeout=settings.kube_request_timeout
+        settings.kubeconfig or None,
+        context=settings.kube_context or None,
+        request_timeout=settings.kube_request_timeout,
     )
 
 
@@ -171,9 +174,23 @@ class WorkerContext:
 
     # --- controllers and tasks ----------------------------------------------------------------
 
-    def controller(self, name: str, reconcile: Callable[[ObjectKey], Awaitable[Any]], sources: Sequence[Source], *, workers: int | None = None) -> Controller:
+    def controller(
+        self,
+        name: str,
+        reconcile: Callable[[ObjectKey], Awaitable[Any]],
+        sources: Sequence[Source],
+        *,
+        workers: int | None = None,
+    ) -> Controller:
         """A Controller whose keys are filtered by this replica's shards, with the worker's registry."""
-        c = Controller(name, reconcile, sources, workers=workers or self.settings.workers, owns=self.owns_key, registry=self.registry)
+        c = Controller(
+            name,
+            reconcile,
+            sources,
+            workers=workers or self.settings.workers,
+            owns=self.owns_key,
+            registry=self.registry,
+        )
         self.controllers.append(c)
         return c
 
@@ -181,7 +198,15 @@ class WorkerContext:
         """Run ``task`` beside the controllers until shutdown (e.g. a bus consumer)."""
         self._tasks.append(task)
 
-    def route(self, consumer: ConsumerSpec, controller: Controller, *, key_of: KeyOf = default_key_of, on_message: OnMessage | None = None, shared: bool = False) -> None:
+    def route(
+        self,
+        consumer: ConsumerSpec,
+        controller: Controller,
+        *,
+        key_of: KeyOf = default_key_of,
+        on_message: OnMessage | None = None,
+        shared: bool = False,
+    ) -> None:
         """Wake ``controller`` for every message of ``consumer`` (see routing.py). ``shared=True``
         uses one durable for all replicas (only right when the handler does not depend on shards)."""
 
@@ -329,7 +354,7 @@ async def _serve(handle: WorkerHandle, setup: Setup, registry: CollectorRegistry
                 async with anyio.create_task_group() as tg:
                     for informer in ctx.all_informers():
                         tg.start_soon(informer.run)
-                    await anyio.sleep(0)  # informers mark themselves running before controllers look
+                    await anyio.lowlevel.checkpoint()  # informers mark themselves running before controllers look
                     with anyio.fail_after(max(30.0, settings.bus.lease_ttl * 3)):
                         await shards.wait_ready()
                     for c in controllers:
@@ -340,7 +365,12 @@ async def _serve(handle: WorkerHandle, setup: Setup, registry: CollectorRegistry
                     for informer in ctx.all_informers():
                         await informer.has_synced.wait()
                     handle._ready.set()
-                    log.info("worker ready", worker=name, replica=settings.replica_id, controllers=[c.name for c in controllers])
+                    log.info(
+                        "worker ready",
+                        worker=name,
+                        replica=settings.replica_id,
+                        controllers=[c.name for c in controllers],
+                    )
                     await handle._stop.wait()
                     handle.stopping = True
                     for c in controllers:
@@ -371,7 +401,9 @@ async def _run_handle(handle: WorkerHandle, setup: Setup, registry: CollectorReg
 
 
 @asynccontextmanager
-async def running_worker(name: str, settings: WorkerSettings, setup: Setup, *, registry: CollectorRegistry | None = None) -> AsyncIterator[WorkerHandle]:
+async def running_worker(
+    name: str, settings: WorkerSettings, setup: Setup, *, registry: CollectorRegistry | None = None
+) -> AsyncIterator[WorkerHandle]:
     """Run worker ``name`` in-process for the duration of the block (tests, embedded mode).
 
     Entering returns once the controllers are started (``await handle.wait_ready()`` for synced
@@ -387,7 +419,7 @@ async def running_worker(name: str, settings: WorkerSettings, setup: Setup, *, r
         if started:
             try:
                 yield handle
-            except Exception as exc:  # noqa: BLE001 - re-raised below as itself, not in an ExceptionGroup
+            except Exception as exc:
                 failure = exc
             finally:
                 handle.stop()
@@ -427,7 +459,9 @@ async def run_worker(name: str, settings: WorkerSettings, setup: Setup) -> int:
 
 def worker_main(name: str, argv: Sequence[str], setup: Setup, *, description: str = "") -> int:
     """The body of a worker's ``main(argv)``: flags, settings (exit 2 on a bad one), run."""
-    parser = argparse.ArgumentParser(prog=f"runnerscale {name}", description=description or f"runnerscale {name} worker")
+    parser = argparse.ArgumentParser(
+        prog=f"runnerscale {name}", description=description or f"runnerscale {name} worker"
+    )
     add_worker_arguments(parser)
     args = parser.parse_args(list(argv))
     try:

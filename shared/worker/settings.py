@@ -55,7 +55,9 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True):
     shutdown_timeout: float = 10.0  # graceful stop budget on SIGTERM
     ownership: str = "kube"  # shard leases: kube (Kubernetes Leases) or nats (NATS KV)
     lease_namespace: str = ""  # kube ownership: "" = POD_NAMESPACE, else runnerscale-system
-    lease_duration: float = 10.0  # kube ownership (crash handover within D + D/3 ≈ 13.3 s): seconds a shard Lease outlives its last renewal
+    lease_duration: float = (
+        10.0  # kube ownership (crash handover within D + D/3 ≈ 13.3 s): seconds a shard Lease outlives its last renewal
+    )
 
 
 @dataclass(frozen=True)
@@ -73,20 +75,69 @@ class _Opt:
 
 OPTIONS: tuple[_Opt, ...] = (
     _Opt("kubeconfig", "KUBECONFIG", "--kubeconfig", "kubeconfig path (default: in-cluster, else ~/.kube/config)"),
-    _Opt("kube_url", "RUNNERSCALE_KUBE_URL", "--kube-url", "plain-HTTP API server URL without auth (the embedded emulator)"),
+    _Opt(
+        "kube_url",
+        "RUNNERSCALE_KUBE_URL",
+        "--kube-url",
+        "plain-HTTP API server URL without auth (the embedded emulator)",
+    ),
     _Opt("kube_context", "RUNNERSCALE_KUBE_CONTEXT", "--kube-context", "kubeconfig context"),
     _Opt("replica_id", "POD_NAME", "--replica-id", "this replica's id (default: POD_NAME, else the hostname)"),
-    _Opt("metrics_addr", "RUNNERSCALE_METRICS_ADDR", "--metrics-addr", "Prometheus /metrics listen address, '0' disables"),
-    _Opt("health_addr", "RUNNERSCALE_HEALTH_ADDR", "--health-addr", "/healthz and /readyz listen address, '0' disables"),
-    _Opt("namespaces", "RUNNERSCALE_WATCH_NAMESPACES", "--watch-namespace", "namespace(s) to watch, comma-separated (default all)", "list"),
+    _Opt(
+        "metrics_addr", "RUNNERSCALE_METRICS_ADDR", "--metrics-addr", "Prometheus /metrics listen address, '0' disables"
+    ),
+    _Opt(
+        "health_addr", "RUNNERSCALE_HEALTH_ADDR", "--health-addr", "/healthz and /readyz listen address, '0' disables"
+    ),
+    _Opt(
+        "namespaces",
+        "RUNNERSCALE_WATCH_NAMESPACES",
+        "--watch-namespace",
+        "namespace(s) to watch, comma-separated (default all)",
+        "list",
+    ),
     _Opt("log_level", "RUNNERSCALE_LOG_LEVEL", "--log-level", "debug, info, warning or error"),
     _Opt("workers", "RUNNERSCALE_WORKERS", "--workers", "concurrent reconciles per controller", "int"),
-    _Opt("kube_request_timeout", "RUNNERSCALE_KUBE_REQUEST_TIMEOUT", "--kube-request-timeout", "seconds per Kubernetes API request", "float"),
-    _Opt("actions_timeout", "RUNNERSCALE_ACTIONS_TIMEOUT", "--actions-timeout", "seconds per Actions service call (all retries)", "float"),
-    _Opt("shutdown_timeout", "RUNNERSCALE_SHUTDOWN_TIMEOUT", "--shutdown-timeout", "seconds a graceful stop may take", "float"),
-    _Opt("ownership", "RUNNERSCALE_OWNERSHIP", "--ownership", "where shard leases live: kube (Kubernetes Leases) or nats (NATS KV)"),
-    _Opt("lease_namespace", "RUNNERSCALE_LEASE_NAMESPACE", "--lease-namespace", "namespace of the shard Leases (default: POD_NAMESPACE, else runnerscale-system)"),
-    _Opt("lease_duration", "RUNNERSCALE_LEASE_DURATION", "--lease-duration", "seconds a shard Lease outlives its last renewal (kube ownership)", "float"),
+    _Opt(
+        "kube_request_timeout",
+        "RUNNERSCALE_KUBE_REQUEST_TIMEOUT",
+        "--kube-request-timeout",
+        "seconds per Kubernetes API request",
+        "float",
+    ),
+    _Opt(
+        "actions_timeout",
+        "RUNNERSCALE_ACTIONS_TIMEOUT",
+        "--actions-timeout",
+        "seconds per Actions service call (all retries)",
+        "float",
+    ),
+    _Opt(
+        "shutdown_timeout",
+        "RUNNERSCALE_SHUTDOWN_TIMEOUT",
+        "--shutdown-timeout",
+        "seconds a graceful stop may take",
+        "float",
+    ),
+    _Opt(
+        "ownership",
+        "RUNNERSCALE_OWNERSHIP",
+        "--ownership",
+        "where shard leases live: kube (Kubernetes Leases) or nats (NATS KV)",
+    ),
+    _Opt(
+        "lease_namespace",
+        "RUNNERSCALE_LEASE_NAMESPACE",
+        "--lease-namespace",
+        "namespace of the shard Leases (default: POD_NAMESPACE, else runnerscale-system)",
+    ),
+    _Opt(
+        "lease_duration",
+        "RUNNERSCALE_LEASE_DURATION",
+        "--lease-duration",
+        "seconds a shard Lease outlives its last renewal (kube ownership)",
+        "float",
+    ),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
 
@@ -96,9 +147,18 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("worker")
     for o in OPTIONS:
         if o.kind == "list":
-            group.add_argument(o.flag, dest=f"worker_{o.field}", action="append", default=None, metavar="NS", help=f"{o.help} [env {o.env}]")
+            group.add_argument(
+                o.flag,
+                dest=f"worker_{o.field}",
+                action="append",
+                default=None,
+                metavar="NS",
+                help=f"{o.help} [env {o.env}]",
+            )
         else:
-            group.add_argument(o.flag, dest=f"worker_{o.field}", default=None, metavar=o.env, help=f"{o.help} [env {o.env}]")
+            group.add_argument(
+                o.flag, dest=f"worker_{o.field}", default=None, metavar=o.env, help=f"{o.help} [env {o.env}]"
+            )
     add_bus_arguments(parser)
 
 
@@ -116,7 +176,9 @@ def _parse(o: _Opt, raw: Any) -> Any:
     return str(raw)
 
 
-def load_worker_settings(args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> WorkerSettings:
+def load_worker_settings(
+    args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+) -> WorkerSettings:
     """Build and validate settings: defaults < environment < flags. Raises SettingsError."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
@@ -186,8 +248,8 @@ def validate_worker_settings(s: WorkerSettings) -> None:
 
 __all__ = [
     "LOG_LEVELS",
-    "OWNERSHIPS",
     "OPTIONS",
+    "OWNERSHIPS",
     "SettingsError",
     "WorkerSettings",
     "add_worker_arguments",

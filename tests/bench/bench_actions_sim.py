@@ -13,8 +13,8 @@ import aiohttp
 import anyio
 import msgspec
 
-from services.actions_sim.runner_agent import run_runner
-from services.actions_sim.views import SimSettings
+from services.embedded.actions_sim.runner_agent import run_runner
+from services.embedded.actions_sim.views import SimSettings
 from tests.bench.table import Table
 from tests.fixtures.actions_sim import ActionsSim, start_actions_sim
 
@@ -39,7 +39,9 @@ class _Api:
         )
         reg = msgspec.json.decode(raw)["token"]
         _, raw = await self.call(
-            "POST", f"{self.sim.url}/api/v3/actions/runner-registration", f"RemoteAuth {reg}",
+            "POST",
+            f"{self.sim.url}/api/v3/actions/runner-registration",
+            f"RemoteAuth {reg}",
             {"url": self.sim.config_url(), "runner_event": "register"},
         )
         body = msgspec.json.decode(raw)
@@ -58,8 +60,11 @@ class _Api:
     async def poll(self, session: dict, last: int) -> dict | None:
         params = {"lastMessageId": str(last)} if last else {}
         status, raw = await self.call(
-            "GET", session["messageQueueUrl"], f"Bearer {session['messageQueueAccessToken']}",
-            headers={"X-ScaleSetMaxCapacity": "100000"}, params=params,
+            "GET",
+            session["messageQueueUrl"],
+            f"Bearer {session['messageQueueAccessToken']}",
+            headers={"X-ScaleSetMaxCapacity": "100000"},
+            params=params,
         )
         return msgspec.json.decode(raw) if status == 200 else None
 
@@ -117,7 +122,9 @@ async def _job_cycles(api: _Api, runners: int) -> float:
     configs = []
     for i in range(runners):
         _, raw = await api.call(
-            "POST", api.base + f"_apis/runtime/runnerscalesets/{ss}/generatejitconfig", api.token,
+            "POST",
+            api.base + f"_apis/runtime/runnerscalesets/{ss}/generatejitconfig",
+            api.token,
             {"name": f"bench-{i}", "workFolder": ""},
         )
         configs.append(msgspec.json.decode(raw)["encodedJITConfig"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from services.apiserver import BackgroundEmulator
+from services.embedded.apiserver import BackgroundEmulator
 from tests.bench.table import Table
 
 CONCURRENCY = 32
@@ -38,7 +38,9 @@ async def _writes(session: aiohttp.ClientSession, urls_and_bodies: list[tuple[st
     return len(urls_and_bodies) / (time.perf_counter() - start)
 
 
-async def _latency(session: aiohttp.ClientSession, url: str, params: dict[str, str], repeats: int) -> tuple[float, float, int]:
+async def _latency(
+    session: aiohttp.ClientSession, url: str, params: dict[str, str], repeats: int
+) -> tuple[float, float, int]:
     samples, count = [], 0
     for _ in range(repeats):
         start = time.perf_counter()
@@ -57,16 +59,39 @@ async def _run(base: str, n: int) -> Table:
             assert resp.status == 201
         cm_url = f"{base}/api/v1/namespaces/bench/configmaps"
         w_url = f"{base}/apis/conformance.runnerscale.dev/v1/namespaces/bench/widgets"
-        creates = [("POST", cm_url, {"metadata": {"name": f"cm-{i:05d}", "labels": {"shard": str(i % 10)}}, "data": {"k": "v"}}, "application/json") for i in range(n)]
+        creates = [
+            (
+                "POST",
+                cm_url,
+                {"metadata": {"name": f"cm-{i:05d}", "labels": {"shard": str(i % 10)}}, "data": {"k": "v"}},
+                "application/json",
+            )
+            for i in range(n)
+        ]
         table.add("create ConfigMap", round(await _writes(s, creates)), "writes/s")
         cr_creates = [
-            ("POST", w_url, {"apiVersion": "conformance.runnerscale.dev/v1", "kind": "Widget", "metadata": {"name": f"w-{i:05d}"}, "spec": {"replicas": 1, "ports": [{"containerPort": 80}]}}, "application/json")
+            (
+                "POST",
+                w_url,
+                {
+                    "apiVersion": "conformance.runnerscale.dev/v1",
+                    "kind": "Widget",
+                    "metadata": {"name": f"w-{i:05d}"},
+                    "spec": {"replicas": 1, "ports": [{"containerPort": 80}]},
+                },
+                "application/json",
+            )
             for i in range(n)
         ]
         table.add("create custom resource (prune+default)", round(await _writes(s, cr_creates)), "writes/s")
-        patches = [("PATCH", f"{w_url}/w-{i:05d}", {"spec": {"replicas": 2}}, "application/merge-patch+json") for i in range(n)]
+        patches = [
+            ("PATCH", f"{w_url}/w-{i:05d}", {"spec": {"replicas": 2}}, "application/merge-patch+json") for i in range(n)
+        ]
         table.add("merge-patch custom resource", round(await _writes(s, patches)), "writes/s")
-        status = [("PATCH", f"{w_url}/w-{i:05d}/status", {"status": {"phase": "Ready"}}, "application/merge-patch+json") for i in range(n)]
+        status = [
+            ("PATCH", f"{w_url}/w-{i:05d}/status", {"status": {"phase": "Ready"}}, "application/merge-patch+json")
+            for i in range(n)
+        ]
         table.add("merge-patch /status", round(await _writes(s, status)), "writes/s")
         repeats = 5 if n <= 1000 else 3
         med, worst, count = await _latency(s, cm_url, {}, repeats)
@@ -77,7 +102,7 @@ async def _run(base: str, n: int) -> Table:
         med, _, count = await _latency(s, cm_url, {"labelSelector": "shard=3"}, repeats)
         table.add(f"list with label selector ({count:,} match), median", round(med, 1), "ms")
         med, _, count = await _latency(s, cm_url, {"limit": "500"}, repeats)
-        table.add(f"list first page (limit=500), median", round(med, 1), "ms")
+        table.add("list first page (limit=500), median", round(med, 1), "ms")
         med, _, _ = await _latency(s, w_url, {"fieldSelector": "metadata.name=w-00007"}, repeats)
         table.add("list by field selector metadata.name, median", round(med, 1), "ms")
     return table

@@ -30,7 +30,9 @@ def _percentile(values: list[float], q: float) -> float:
 def _desired(i: int) -> DesiredState:
     # One ERS per message: a level stream keeps only `history` messages per subject, so reusing
     # subjects would let the stream drop messages before a slow consumer reads them.
-    return DesiredState(scale_set_id=1, ers=ResourceRef("bench", f"ers-{i}"), patch_id=i, replicas=i % 50, listener_epoch=1)
+    return DesiredState(
+        scale_set_id=1, ers=ResourceRef("bench", f"ers-{i}"), patch_id=i, replicas=i % 50, listener_epoch=1
+    )
 
 
 async def _measure(url: str, n: int) -> dict[str, float]:

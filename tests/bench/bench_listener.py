@@ -17,11 +17,11 @@ import anyio
 import msgspec
 import nats
 
-from services.actions_sim.views import SimSettings
-from services.listener.config import ListenerConfig, parse_config
+from services.embedded.actions_sim.views import SimSettings
 from services.listener.service import Listener
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus import messages as busmsg
+from shared.listener_config import ListenerConfig, parse_config
 from shared.log import configure_logging
 from tests.bench.table import Table
 from tests.fixtures.actions_sim import ActionsSim, start_actions_sim
@@ -88,7 +88,7 @@ async def _bench(quick: bool) -> Table:
                         try:
                             await js.subscribe("runnerscale.desired.>", cb=on_desired, ordered_consumer=True)
                             break
-                        except Exception:  # noqa: BLE001
+                        except Exception:
                             await anyio.sleep(0.05)
                     await tap.wait(lambda d: d.replicas == 0)
 
@@ -107,13 +107,27 @@ async def _bench(quick: bool) -> Table:
                     t0 = time.monotonic()
                     await sim.control.enqueue_jobs(count=burst, labels=["bench"])
                     at = await tap.wait(lambda d: d.replicas == rounds + burst, timeout=120)
-                    table.add(f"burst of {burst} jobs -> DesiredState counts them all", 1, round((at - t0) * 1000, 1), "", "", "ms")
+                    table.add(
+                        f"burst of {burst} jobs -> DesiredState counts them all",
+                        1,
+                        round((at - t0) * 1000, 1),
+                        "",
+                        "",
+                        "ms",
+                    )
                     with anyio.fail_after(120):
                         while not all(m.acked for m in await sim.control.messages(scale_set.id)):
                             await anyio.sleep(0.005)
                     done = time.monotonic()
                     batches = len(await sim.control.messages(scale_set.id))
-                    table.add(f"  ... every message of the burst handled and acked ({batches} total)", 1, round((done - t0) * 1000, 1), "", "", "ms")
+                    table.add(
+                        f"  ... every message of the burst handled and acked ({batches} total)",
+                        1,
+                        round((done - t0) * 1000, 1),
+                        "",
+                        "",
+                        "ms",
+                    )
 
                     # 3. HA: crash the leader, measure until the standby's first desired state
                     standby = Listener(cfg, owner="bench-b")
@@ -126,7 +140,14 @@ async def _bench(quick: bool) -> Table:
                     leader.crash()
                     at = await tap.wait(lambda d: d.listener_epoch != old_epoch, timeout=60)
                     bound = standby.bus_settings.lease_ttl + standby.bus_settings.effective_renew_interval
-                    table.add(f"HA takeover after a crash (lease ttl {lease_ttl:g}s, bound {bound:g}s)", 1, round(at - t0, 2), "", "", "s")
+                    table.add(
+                        f"HA takeover after a crash (lease ttl {lease_ttl:g}s, bound {bound:g}s)",
+                        1,
+                        round(at - t0, 2),
+                        "",
+                        "",
+                        "s",
+                    )
                     tg.cancel_scope.cancel()
             finally:
                 await nc.close()

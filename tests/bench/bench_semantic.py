@@ -14,8 +14,9 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -35,7 +36,9 @@ def _subset(desired: Any, live: Any) -> bool:
     if isinstance(desired, dict):
         return isinstance(live, dict) and all(_subset(v, live.get(k)) for k, v in desired.items())
     if isinstance(desired, list):
-        return isinstance(live, list) and len(desired) <= len(live) and all(_subset(d, l) for d, l in zip(desired, live))
+        return (
+            isinstance(live, list) and len(desired) <= len(live) and all(_subset(d, l) for d, l in zip(desired, live))
+        )
     return desired == live
 
 
@@ -76,24 +79,63 @@ def cases() -> list[tuple[str, str, Callable[[Any, Any], bool], Callable[[Any, A
     # The runner pod as the server returns it: defaults on the pod and on every container.
     live_runner = json.loads(json.dumps(template))
     live_runner["spec"].update(
-        nodeName="worker-7", dnsPolicy="ClusterFirst", schedulerName="default-scheduler",
-        enableServiceLinks=True, preemptionPolicy="PreemptLowerPriority", priority=0,
+        nodeName="worker-7",
+        dnsPolicy="ClusterFirst",
+        schedulerName="default-scheduler",
+        enableServiceLinks=True,
+        preemptionPolicy="PreemptLowerPriority",
+        priority=0,
     )
     live_runner["spec"]["tolerations"] += copy.deepcopy(live_pod["spec"]["tolerations"])
     live_runner["spec"]["volumes"].append(copy.deepcopy(live_pod["spec"]["volumes"][1]))
     for container in live_runner["spec"]["containers"] + live_runner["spec"]["initContainers"]:
-        container.update(imagePullPolicy="IfNotPresent", terminationMessagePath="/dev/termination-log",
-                         terminationMessagePolicy="File")
+        container.update(
+            imagePullPolicy="IfNotPresent",
+            terminationMessagePath="/dev/termination-log",
+            terminationMessagePolicy="File",
+        )
         container["volumeMounts"].append(copy.deepcopy(live_pod["spec"]["containers"][0]["volumeMounts"][1]))
     drifted_pod = copy.deepcopy(desired_pod)
     drifted_pod["spec"]["containers"][0]["image"] = "ghcr.io/actions/gha-runner-scale-set-controller:0.14.3"
     return [
         ("runner spec, unchanged (read back)", "semantic_equal", semantic_equal, naive_equal, template, same, True),
-        ("runner spec, empties dropped + quantities respelled", "semantic_equal", semantic_equal, naive_equal, with_empties, respelled, True),
+        (
+            "runner spec, empties dropped + quantities respelled",
+            "semantic_equal",
+            semantic_equal,
+            naive_equal,
+            with_empties,
+            respelled,
+            True,
+        ),
         ("runner spec, last volume changed", "semantic_equal", semantic_equal, naive_equal, template, changed, False),
-        ("listener pod vs server-defaulted live pod", "semantic_derivative", semantic_derivative, naive_derivative, desired_pod, live_pod, True),
-        ("listener pod, image changed", "semantic_derivative", semantic_derivative, naive_derivative, drifted_pod, live_pod, False),
-        ("runner pod vs server-defaulted live runner pod", "semantic_derivative", semantic_derivative, naive_derivative, template, live_runner, True),
+        (
+            "listener pod vs server-defaulted live pod",
+            "semantic_derivative",
+            semantic_derivative,
+            naive_derivative,
+            desired_pod,
+            live_pod,
+            True,
+        ),
+        (
+            "listener pod, image changed",
+            "semantic_derivative",
+            semantic_derivative,
+            naive_derivative,
+            drifted_pod,
+            live_pod,
+            False,
+        ),
+        (
+            "runner pod vs server-defaulted live runner pod",
+            "semantic_derivative",
+            semantic_derivative,
+            naive_derivative,
+            template,
+            live_runner,
+            True,
+        ),
     ]
 
 
@@ -130,7 +172,9 @@ def run(quick: bool = False) -> Table:
             raise AssertionError(f"{name}: expected {expected}, got {result} / naive {naive(a, b)}")
         fast = _per_call_us(fn, a, b, budget)
         slow = _per_call_us(naive, a, b, budget)
-        table.add(name, fn_name, "equal" if expected else "drift", round(fast, 1), round(slow, 1), f"{slow / fast:.1f}x")
+        table.add(
+            name, fn_name, "equal" if expected else "drift", round(fast, 1), round(slow, 1), f"{slow / fast:.1f}x"
+        )
     return table
 
 

@@ -26,7 +26,10 @@ def bus_settings(nats_server) -> BusSettings:
 
 
 async def wait_for(
-    condition: Callable[[], object], timeout: float = 5.0, interval: float = 0.01, describe: Callable[[], object] | None = None
+    condition: Callable[[], object],
+    timeout: float = 5.0,
+    interval: float = 0.01,
+    describe: Callable[[], object] | None = None,
 ) -> None:
     """Poll ``condition`` until true; fail the test after ``timeout`` seconds, saying what was seen."""
     try:

@@ -22,7 +22,10 @@ class ShardReplica:
 
     async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         with self.scope:
-            async with Bus.connect(self.settings) as bus, ShardOwnership.join(bus, self.group, replica_id=self.id) as shards:
+            async with (
+                Bus.connect(self.settings) as bus,
+                ShardOwnership.join(bus, self.group, replica_id=self.id) as shards,
+            ):
                 self.bus, self.shards = bus, shards
                 task_status.started()
                 if self.work is not None:

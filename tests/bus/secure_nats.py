@@ -40,7 +40,7 @@ def _name(common_name: str) -> x509.Name:
 
 def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _key()
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))
@@ -61,7 +61,7 @@ def _leaf(
     ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, common_name: str, *, server: bool
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _key()
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))

@@ -2,8 +2,8 @@
 
 import json
 
-import nats
 import anyio
+import nats
 
 from shared.cli import main
 

@@ -13,7 +13,9 @@ from tests.unit.test_bus_messages import samples
 
 pytestmark = pytest.mark.anyio
 
-ALL_DESIRED = ConsumerSpec(subjects.DESIRED_STREAM.name, "test-desired", ("runnerscale.desired.>",), DeliverFrom.ALL, max_deliver=3)
+ALL_DESIRED = ConsumerSpec(
+    subjects.DESIRED_STREAM.name, "test-desired", ("runnerscale.desired.>",), DeliverFrom.ALL, max_deliver=3
+)
 
 
 def consumer_for(stream: subjects.StreamSpec) -> ConsumerSpec:
@@ -35,7 +37,9 @@ async def test_every_message_type_round_trips_through_a_stream(bus_settings) -> 
                 tg.start_soon(bus.consume, consumer_for(stream), handler)
             await wait_for(lambda: len(received) == len(sent))
             tg.cancel_scope.cancel()
-    assert sorted((d.message for d in received), key=lambda m: type(m).__name__) == sorted(sent, key=lambda m: type(m).__name__)
+    assert sorted((d.message for d in received), key=lambda m: type(m).__name__) == sorted(
+        sent, key=lambda m: type(m).__name__
+    )
     assert all(d.subject == subject_for(d.message) and d.num_delivered == 1 for d in received)
 
 
@@ -47,13 +51,17 @@ async def _publish_raw(url: str, subject: str, data: bytes) -> int:
         await nc.close()
 
 
-async def test_malformed_and_unknown_version_messages_are_terminated_counted_and_skipped(bus_settings, nats_server) -> None:
+async def test_malformed_and_unknown_version_messages_are_terminated_counted_and_skipped(
+    bus_settings, nats_server
+) -> None:
     desired = samples()[0]
     subject = subject_for(desired)
     body = msgspec.json.decode(msgspec.json.encode(desired))
     future = msgspec.json.encode({**body, "schemaVersion": 99})
     malformed_before = metric("runnerscale_bus_rejected_messages_total", subject_kind="desired", reason="malformed")
-    unknown_before = metric("runnerscale_bus_rejected_messages_total", subject_kind="desired", reason="unknown_schema_version")
+    unknown_before = metric(
+        "runnerscale_bus_rejected_messages_total", subject_kind="desired", reason="unknown_schema_version"
+    )
     seen: list[Delivery] = []
 
     async def handler(delivery: Delivery) -> None:
@@ -67,6 +75,7 @@ async def test_malformed_and_unknown_version_messages_are_terminated_counted_and
         async with anyio.create_task_group() as tg:
             tg.start_soon(bus.consume, ALL_DESIRED, handler)
             await wait_for(lambda: len(seen) == 1)
+
             # Terminated messages are gone for good: the consumer has nothing pending or unacked.
             async def settled() -> bool:
                 info = await bus.js.consumer_info(ALL_DESIRED.stream, ALL_DESIRED.durable)
@@ -77,8 +86,14 @@ async def test_malformed_and_unknown_version_messages_are_terminated_counted_and
                     await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
     assert [d.stream_sequence for d in seen] == [good.sequence]
-    assert metric("runnerscale_bus_rejected_messages_total", subject_kind="desired", reason="malformed") == malformed_before + 1
-    assert metric("runnerscale_bus_rejected_messages_total", subject_kind="desired", reason="unknown_schema_version") == unknown_before + 1
+    assert (
+        metric("runnerscale_bus_rejected_messages_total", subject_kind="desired", reason="malformed")
+        == malformed_before + 1
+    )
+    assert (
+        metric("runnerscale_bus_rejected_messages_total", subject_kind="desired", reason="unknown_schema_version")
+        == unknown_before + 1
+    )
     assert metric("runnerscale_bus_rejected_messages_total", subject_kind="unknown", reason="malformed") >= 1
 
 
@@ -116,7 +131,10 @@ async def test_a_handler_that_always_fails_is_terminated_after_max_deliver(bus_s
         await bus.publish(samples()[0])
         async with anyio.create_task_group() as tg:
             tg.start_soon(bus.consume, ALL_DESIRED, broken)
-            await wait_for(lambda: metric("runnerscale_bus_terminated_messages_total", subject_kind="desired") == before + 1, timeout=10)
+            await wait_for(
+                lambda: metric("runnerscale_bus_terminated_messages_total", subject_kind="desired") == before + 1,
+                timeout=10,
+            )
             tg.cancel_scope.cancel()
     assert attempts == [1, 2, 3]
 
@@ -137,7 +155,9 @@ async def test_desired_state_consumer_starts_from_the_latest_per_subject(bus_set
             tg.start_soon(bus.consume, subjects.RUNNER_SET_DESIRED, handler)
             await wait_for(lambda: len(seen) == 2)
             tg.cancel_scope.cancel()
-        assert sorted((m.ers.name, m.patch_id) for m in seen) == sorted([(base.ers.name, 5), (other.ers.name, other.patch_id)])
+        assert sorted((m.ers.name, m.patch_id) for m in seen) == sorted(
+            [(base.ers.name, 5), (other.ers.name, other.patch_id)]
+        )
         latest = await bus.last_message(subject_for(base))
         assert latest.patch_id == 5
         assert await bus.last_message(subjects.desired_subject("nobody", "here")) is None
@@ -208,10 +228,9 @@ async def test_a_lone_message_reaches_an_idle_consumer_without_waiting_for_the_p
     async def handler(delivery: Delivery) -> None:
         seen.append(delivery)
 
-    async with Bus.connect(bus_settings) as bus:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: bus.consume(ALL_DESIRED, handler, fetch_timeout=30.0))
-            for n in range(1, 4):
-                await bus.publish(msgspec.structs.replace(samples()[0], patch_id=n))
-                await wait_for(lambda: len(seen) == n, timeout=5)
-            tg.cancel_scope.cancel()
+    async with Bus.connect(bus_settings) as bus, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: bus.consume(ALL_DESIRED, handler, fetch_timeout=30.0))
+        for n in range(1, 4):
+            await bus.publish(msgspec.structs.replace(samples()[0], patch_id=n))
+            await wait_for(lambda: len(seen) == n, timeout=5)
+        tg.cancel_scope.cancel()

@@ -41,7 +41,11 @@ async def test_two_then_three_replicas_split_shards_disjointly(bus_settings) -> 
         tg.start_soon(monitor.run)
         for r in replicas[:2]:
             await tg.start(r.run)
-        await wait_for(lambda: coverage(replicas[:2]) == (set(range(SHARDS)), [8, 8]), timeout=10, describe=lambda: coverage(replicas[:2]))
+        await wait_for(
+            lambda: coverage(replicas[:2]) == (set(range(SHARDS)), [8, 8]),
+            timeout=10,
+            describe=lambda: coverage(replicas[:2]),
+        )
         await tg.start(replicas[2].run)
         await wait_for(lambda: balanced(replicas), timeout=10, describe=lambda: coverage(replicas))
         tg.cancel_scope.cancel()
@@ -88,7 +92,9 @@ async def test_change_callbacks_and_held_follow_ownership(bus_settings) -> None:
             async with shards.held(key):
                 shards.check(key)
             async with ShardOwnership.join(bus, "runner", replica_id="other") as other:
-                await wait_for(lambda: len(shards.owned_shards()) == SHARDS // 2 and len(other.owned_shards()) == SHARDS // 2)
+                await wait_for(
+                    lambda: len(shards.owned_shards()) == SHARDS // 2 and len(other.owned_shards()) == SHARDS // 2
+                )
                 not_mine = next(f"ns/r-{i}" for i in range(1000) if not shards.owns(f"ns/r-{i}"))
                 with pytest.raises(NotOwner, match=not_mine):
                     async with shards.held(not_mine):
@@ -220,7 +226,9 @@ async def test_leadership_block_is_cancelled_when_the_leader_is_cut_off(bus_sett
         tg.start_soon(session, b)
         await wait_for(lambda: events)
         await a.bus.nc.close()  # a keeps running but can no longer renew
-        await wait_for(lambda: any(e[0] == "b" and e[1] == "start" for e in events), timeout=handover_bound(bus_settings) + 5)
+        await wait_for(
+            lambda: any(e[0] == "b" and e[1] == "start" for e in events), timeout=handover_bound(bus_settings) + 5
+        )
         tg.cancel_scope.cancel()
     a_stop = next(t for rid, what, t in events if rid == "a" and what == "stop")
     b_start = next(t for rid, what, t in events if rid == "b" and what == "start")

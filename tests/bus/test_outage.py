@@ -50,11 +50,10 @@ async def test_a_restarted_consumer_resumes_from_the_latest_level_after_a_restar
     async def handler(delivery: Delivery) -> None:
         seen.append(delivery.message.patch_id)
 
-    async with Bus.connect(bus_settings) as bus:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(bus.consume, subjects.RUNNER_SET_DESIRED, handler)
-            await wait_for(lambda: seen)
-            tg.cancel_scope.cancel()
+    async with Bus.connect(bus_settings) as bus, anyio.create_task_group() as tg:
+        tg.start_soon(bus.consume, subjects.RUNNER_SET_DESIRED, handler)
+        await wait_for(lambda: seen)
+        tg.cancel_scope.cancel()
     assert seen == [3]
 
 
@@ -71,7 +70,10 @@ async def test_outbox_keeps_messages_while_nats_is_down_and_drains_them_in_order
         stream = subjects.DESIRED_STREAM.name
         info = await bus.js.stream_info(stream)
         # history=10 per subject: the last 10 levels, in the order they were enqueued.
-        last = [msgspec.json.decode((await bus.js.get_msg(stream, seq)).data)["patchId"] for seq in range(info.state.first_seq, info.state.last_seq + 1)]
+        last = [
+            msgspec.json.decode((await bus.js.get_msg(stream, seq)).data)["patchId"]
+            for seq in range(info.state.first_seq, info.state.last_seq + 1)
+        ]
         assert last == list(range(11, 21))
         assert bus.outbox_depth == 0
         assert metric("runnerscale_bus_outbox_depth") == 0
@@ -123,7 +125,9 @@ async def test_leaving_the_bus_flushes_the_outbox(bus_settings) -> None:
         assert (await bus.last_message(subjects.desired_subject("arc.runners", "a"))).patch_id == 5
 
 
-async def test_shutdown_while_nats_is_down_is_bounded_and_reports_unsent_messages(bus_settings, nats_server, caplog) -> None:
+async def test_shutdown_while_nats_is_down_is_bounded_and_reports_unsent_messages(
+    bus_settings, nats_server, caplog
+) -> None:
     quick = msgspec.structs.replace(bus_settings, publish_deadline=0.5)
     with anyio.fail_after(10):
         async with Bus.connect(quick) as bus:

@@ -32,7 +32,9 @@ async def test_a_sessions_bucket_made_by_an_earlier_listener_is_accepted(bus_set
     nc = await nats.connect(nats_server.url)
     try:
         kv = await nc.jetstream().create_key_value(
-            nats.js.api.KeyValueConfig(bucket=subjects.SESSIONS_BUCKET, history=1, description="runnerscale listener message sessions")
+            nats.js.api.KeyValueConfig(
+                bucket=subjects.SESSIONS_BUCKET, history=1, description="runnerscale listener message sessions"
+            )
         )
         await kv.put(subjects.listener_session_key(7), b'{"sessionId": "s-1"}')
     finally:
@@ -45,7 +47,9 @@ async def test_a_sessions_bucket_made_by_an_earlier_listener_is_accepted(bus_set
 async def test_a_sessions_bucket_with_a_ttl_is_a_startup_error(bus_settings, nats_server) -> None:
     nc = await nats.connect(nats_server.url)
     try:
-        await nc.jetstream().create_key_value(nats.js.api.KeyValueConfig(bucket=subjects.SESSIONS_BUCKET, history=1, ttl=60))
+        await nc.jetstream().create_key_value(
+            nats.js.api.KeyValueConfig(bucket=subjects.SESSIONS_BUCKET, history=1, ttl=60)
+        )
     finally:
         await nc.close()
     with pytest.raises(BusConfigConflict, match="runnerscale_listener_sessions.*ttl"):
@@ -114,7 +118,9 @@ async def test_a_lease_bucket_with_another_ttl_is_a_startup_error(bus_settings) 
 async def test_an_existing_consumer_with_other_filters_is_an_error(bus_settings) -> None:
     async with Bus.connect(bus_settings) as bus:
         await bus.js.add_consumer(
-            subjects.DESIRED_STREAM.name, durable_name=subjects.RUNNER_SET_DESIRED.durable, filter_subject="runnerscale.desired.x.>"
+            subjects.DESIRED_STREAM.name,
+            durable_name=subjects.RUNNER_SET_DESIRED.durable,
+            filter_subject="runnerscale.desired.x.>",
         )
 
         async def never(delivery) -> None:
@@ -137,13 +143,11 @@ async def test_an_error_inside_the_blocks_propagates_as_itself(bus_settings) -> 
         pass
 
     with pytest.raises(Boom):
-        async with Bus.connect(bus_settings) as bus:
-            async with ShardOwnership.join(bus, "g", replica_id="r"):
-                raise Boom
+        async with Bus.connect(bus_settings) as bus, ShardOwnership.join(bus, "g", replica_id="r"):
+            raise Boom
     with pytest.raises(Boom):
-        async with Bus.connect(bus_settings) as bus:
-            async with LeaderLease.join(bus, "leader.x", replica_id="r"):
-                raise Boom
+        async with Bus.connect(bus_settings) as bus, LeaderLease.join(bus, "leader.x", replica_id="r"):
+            raise Boom
 
 
 async def test_clustered_replicas_on_a_single_server_are_refused_clearly(bus_settings) -> None:

@@ -12,8 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from shared.bus import Bus, BusSettings, BusUnavailable, DesiredState, ResourceRef, load_settings
-from shared.bus import subjects
+from shared.bus import Bus, BusSettings, BusUnavailable, DesiredState, ResourceRef, load_settings, subjects
 from tests.bus.secure_nats import SecureNatsServer, TlsFiles, make_tls_files, tls_args
 from tests.fixtures.nats import _free_port
 
@@ -46,7 +45,10 @@ def mtls_server(tmp_path, tls_files) -> Iterator[SecureNatsServer]:
 
 def _settings(url: str, **kw: object) -> BusSettings:
     return msgspec.structs.replace(
-        BusSettings(nats_urls=(url,), connect_timeout=1.5, reconnect_wait=0.2, request_timeout=2.0, publish_deadline=5.0), **kw
+        BusSettings(
+            nats_urls=(url,), connect_timeout=1.5, reconnect_wait=0.2, request_timeout=2.0, publish_deadline=5.0
+        ),
+        **kw,
     )
 
 
@@ -95,7 +97,10 @@ async def test_an_untrusted_server_certificate_is_a_clear_error(tls_server, tls_
 
 async def test_mutual_tls_with_the_client_certificate(mtls_server, tls_files) -> None:
     settings = _settings(
-        mtls_server.url, tls_ca=str(tls_files.ca), tls_cert=str(tls_files.client_cert), tls_key=str(tls_files.client_key)
+        mtls_server.url,
+        tls_ca=str(tls_files.ca),
+        tls_cert=str(tls_files.client_cert),
+        tls_key=str(tls_files.client_key),
     )
     async with Bus.connect(settings) as bus:
         await _round_trip(bus)

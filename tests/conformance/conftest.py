@@ -47,7 +47,13 @@ class Http:
         self.base = base
 
     async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json", params: dict[str, str] | None = None, raw: bytes | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        params: dict[str, str] | None = None,
+        raw: bytes | None = None,
     ) -> tuple[int, Any]:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         headers = {"Accept": "application/json"}
@@ -116,7 +122,9 @@ async def http(kube_api: KubeApi, test_crds: None) -> AsyncIterator[Http]:
         yield Http(session, kube_api.url)
 
 
-async def watch_lines(http: Http, path: str, params: dict[str, str], count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+async def watch_lines(
+    http: Http, path: str, params: dict[str, str], count: int, timeout: float = 10.0
+) -> list[dict[str, Any]]:
     """Open a watch and collect ``count`` events (or fewer if the stream ends)."""
     import anyio
 

@@ -17,7 +17,10 @@ async def test_pod_admission_and_defaults(http: Http, namespace: str) -> None:
     pod = {
         "metadata": {"name": "p"},
         "spec": {
-            "containers": [{"name": "a", "image": "ghcr.io/actions/actions-runner:latest", "ports": [{"containerPort": 80}]}, {"name": "b", "image": "busybox:1.36"}],
+            "containers": [
+                {"name": "a", "image": "ghcr.io/actions/actions-runner:latest", "ports": [{"containerPort": 80}]},
+                {"name": "b", "image": "busybox:1.36"},
+            ],
             "initContainers": [{"name": "init", "image": "busybox"}],
         },
     }
@@ -49,10 +52,16 @@ async def test_pod_admission_and_defaults(http: Http, namespace: str) -> None:
 
 
 async def test_pod_without_automount_and_missing_sa(http: Http, namespace: str) -> None:
-    pod = {"metadata": {"name": "n"}, "spec": {"automountServiceAccountToken": False, "containers": [{"name": "c", "image": "busybox"}]}}
+    pod = {
+        "metadata": {"name": "n"},
+        "spec": {"automountServiceAccountToken": False, "containers": [{"name": "c", "image": "busybox"}]},
+    }
     obj = await http.create(core(namespace, "pods"), pod)
     assert "volumes" not in obj["spec"] and "volumeMounts" not in obj["spec"]["containers"][0]
-    pod = {"metadata": {"name": "m"}, "spec": {"serviceAccountName": "missing", "containers": [{"name": "c", "image": "busybox"}]}}
+    pod = {
+        "metadata": {"name": "m"},
+        "spec": {"serviceAccountName": "missing", "containers": [{"name": "c", "image": "busybox"}]},
+    }
     status, body = await http.post(core(namespace, "pods"), pod)
     assert status == 403
     assert 'serviceaccount "missing" not found' in body["message"]
@@ -61,14 +70,20 @@ async def test_pod_without_automount_and_missing_sa(http: Http, namespace: str) 
 async def test_pod_validation(http: Http, namespace: str) -> None:
     status, body = await http.post(core(namespace, "pods"), {"metadata": {"name": "v"}, "spec": {"containers": []}})
     assert status == 422 and body["message"] == 'Pod "v" is invalid: spec.containers: Required value'
-    assert body["details"] == {"name": "v", "kind": "Pod", "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers"}]}
+    assert body["details"] == {
+        "name": "v",
+        "kind": "Pod",
+        "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers"}],
+    }
 
 
 async def test_typed_pod_round_trip(kube_client, namespace: str) -> None:
     api = client.CoreV1Api(kube_client)
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="typed", labels={"app": "x"}),
-        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox:1.36", env=[client.V1EnvVar(name="A", value="1")])]),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(name="c", image="busybox:1.36", env=[client.V1EnvVar(name="A", value="1")])]
+        ),
     )
     created = await api.create_namespaced_pod(namespace, pod)
     assert isinstance(created, client.V1Pod) and created.metadata.uid
@@ -84,7 +99,9 @@ async def test_typed_pod_round_trip(kube_client, namespace: str) -> None:
 
 
 async def test_secret_string_data_and_immutability(http: Http, namespace: str) -> None:
-    obj = await http.create(core(namespace, "secrets"), {"metadata": {"name": "s"}, "stringData": {"token": "abc"}, "immutable": True})
+    obj = await http.create(
+        core(namespace, "secrets"), {"metadata": {"name": "s"}, "stringData": {"token": "abc"}, "immutable": True}
+    )
     assert "stringData" not in obj and obj["type"] == "Opaque"
     assert base64.b64decode(obj["data"]["token"]) == b"abc"
     status, body = await http.patch(core(namespace, "secrets", "s"), {"stringData": {"token": "new"}})
@@ -93,7 +110,10 @@ async def test_secret_string_data_and_immutability(http: Http, namespace: str) -
 
 async def test_lease_round_trip(kube_client, namespace: str) -> None:
     api = client.CoordinationV1Api(kube_client)
-    lease = client.V1Lease(metadata=client.V1ObjectMeta(name="leader"), spec=client.V1LeaseSpec(holder_identity="a", lease_duration_seconds=15))
+    lease = client.V1Lease(
+        metadata=client.V1ObjectMeta(name="leader"),
+        spec=client.V1LeaseSpec(holder_identity="a", lease_duration_seconds=15),
+    )
     created = await api.create_namespaced_lease(namespace, lease)
     created.spec.holder_identity = "b"
     replaced = await api.replace_namespaced_lease("leader", namespace, created)
@@ -119,14 +139,33 @@ async def test_events_rbac_and_service_accounts(kube_client, namespace: str) -> 
     listed = await core_api.list_namespaced_event(namespace, field_selector="involvedObject.name=p")
     assert [e.metadata.name for e in listed.items] == [created.metadata.name]
     events_api = client.EventsV1Api(kube_client)
-    e2 = await events_api.create_namespaced_event(namespace, {"metadata": {"name": "e2"}, "eventTime": "2026-01-01T00:00:00.000000Z", "reason": "R", "action": "A", "reportingController": "x", "reportingInstance": "y", "type": "Normal"})
+    e2 = await events_api.create_namespaced_event(
+        namespace,
+        {
+            "metadata": {"name": "e2"},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reason": "R",
+            "action": "A",
+            "reportingController": "x",
+            "reportingInstance": "y",
+            "type": "Normal",
+        },
+    )
     assert e2.metadata.name == "e2"
     rbac = client.RbacAuthorizationV1Api(kube_client)
-    await core_api.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="listener")))
-    await rbac.create_namespaced_role(namespace, {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+    await core_api.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="listener"))
+    )
+    await rbac.create_namespaced_role(
+        namespace, {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+    )
     await rbac.create_namespaced_role_binding(
         namespace,
-        {"metadata": {"name": "rb"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"}, "subjects": [{"kind": "ServiceAccount", "name": "listener", "namespace": namespace}]},
+        {
+            "metadata": {"name": "rb"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "listener", "namespace": namespace}],
+        },
     )
     roles = await rbac.list_namespaced_role(namespace)
     assert [r.metadata.name for r in roles.items] == ["r"]
@@ -135,10 +174,18 @@ async def test_events_rbac_and_service_accounts(kube_client, namespace: str) -> 
 
 
 async def test_pod_binding_sets_node_once(http: Http, namespace: str) -> None:
-    await http.create(core(namespace, "pods"), {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    await http.create(
+        core(namespace, "pods"),
+        {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    )
     status, body = await http.patch(core(namespace, "pods", "b"), {"spec": {"nodeName": "node-a"}})
     assert status == 422  # nodeName is not settable by an update
-    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "b"}, "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"}}
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "b"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
+    }
     status, body = await http.post(core(namespace, "pods", "b", "binding"), binding)
     assert status == 201 and body["status"] == "Success"
     _, pod = await http.get(core(namespace, "pods", "b"))
@@ -149,8 +196,12 @@ async def test_pod_binding_sets_node_once(http: Http, namespace: str) -> None:
 
 async def test_pod_binding_through_the_client(kube_client, namespace: str) -> None:
     api = client.CoreV1Api(kube_client)
-    await api.create_namespaced_pod(namespace, {"metadata": {"name": "cb"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
-    body = client.V1Binding(metadata=client.V1ObjectMeta(name="cb"), target=client.V1ObjectReference(kind="Node", name="node-b"))
+    await api.create_namespaced_pod(
+        namespace, {"metadata": {"name": "cb"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    )
+    body = client.V1Binding(
+        metadata=client.V1ObjectMeta(name="cb"), target=client.V1ObjectReference(kind="Node", name="node-b")
+    )
     await api.create_namespaced_pod_binding("cb", namespace, body, _preload_content=False)
     pod = await api.read_namespaced_pod("cb", namespace)
     assert pod.spec.node_name == "node-b"
@@ -159,7 +210,10 @@ async def test_pod_binding_through_the_client(kube_client, namespace: str) -> No
 async def test_builtin_unknown_fields_are_pruned(kube_api, namespace: str) -> None:
     import aiohttp
 
-    pod = {"metadata": {"name": "u", "owner_references": []}, "spec": {"containers": [{"name": "c", "image": "busybox", "image_pull_policy": "Never"}]}}
+    pod = {
+        "metadata": {"name": "u", "owner_references": []},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "image_pull_policy": "Never"}]},
+    }
     async with aiohttp.ClientSession() as s:
         url = f"{kube_api.url}/api/v1/namespaces/{namespace}/pods"
         async with s.post(url, json=pod) as resp:
@@ -171,7 +225,11 @@ async def test_builtin_unknown_fields_are_pruned(kube_api, namespace: str) -> No
             ]
         assert "image_pull_policy" not in body["spec"]["containers"][0]
         assert body["spec"]["containers"][0]["imagePullPolicy"] == "Always"
-        async with s.post(f"{kube_api.url}/api/v1/namespaces/{namespace}/configmaps", json={"metadata": {"name": "x"}, "datta": {}}, params={"fieldValidation": "Strict"}) as resp:
+        async with s.post(
+            f"{kube_api.url}/api/v1/namespaces/{namespace}/configmaps",
+            json={"metadata": {"name": "x"}, "datta": {}},
+            params={"fieldValidation": "Strict"},
+        ) as resp:
             body = await resp.json()
             assert resp.status == 400 and 'strict decoding error: unknown field "datta"' in body["message"]
 
@@ -181,21 +239,35 @@ async def test_lease_times_are_micro_time(kube_client, http: Http, namespace: st
 
     api = client.CoordinationV1Api(kube_client)
     now = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
-    lease = client.V1Lease(metadata=client.V1ObjectMeta(name="t"), spec=client.V1LeaseSpec(holder_identity="a", renew_time=now, acquire_time=now))
+    lease = client.V1Lease(
+        metadata=client.V1ObjectMeta(name="t"),
+        spec=client.V1LeaseSpec(holder_identity="a", renew_time=now, acquire_time=now),
+    )
     await api.create_namespaced_lease(namespace, lease)
     _, raw = await http.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/t")
     assert raw["spec"]["renewTime"] == "2026-11-29T12:00:00.123456Z"
     read = await api.read_namespaced_lease("t", namespace)
     assert read.spec.renew_time == now
-    status, body = await http.patch(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/t", {"spec": {"renewTime": "yesterday"}})
+    status, body = await http.patch(
+        f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/t", {"spec": {"renewTime": "yesterday"}}
+    )
     assert status == 400 and "cannot be handled as a Lease" in body["message"]
 
 
 async def test_pod_quantities_are_canonical(http: Http, namespace: str) -> None:
     res = {"requests": {"cpu": "0.5", "memory": "1024Mi"}, "limits": {"cpu": "1000m", "memory": "1536Mi"}}
-    pod = {"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "busybox", "resources": res}], "volumes": [{"name": "w", "emptyDir": {"sizeLimit": "2048Mi"}}]}}
+    pod = {
+        "metadata": {"name": "q"},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox", "resources": res}],
+            "volumes": [{"name": "w", "emptyDir": {"sizeLimit": "2048Mi"}}],
+        },
+    }
     obj = await http.create(core(namespace, "pods"), pod)
-    assert obj["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1536Mi"}}
+    assert obj["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"cpu": "1", "memory": "1536Mi"},
+    }
     assert obj["spec"]["volumes"][0]["emptyDir"] == {"sizeLimit": "2Gi"}
     assert obj["status"]["qosClass"] == "Burstable"
     pod["metadata"]["name"] = "bad"
@@ -205,7 +277,12 @@ async def test_pod_quantities_are_canonical(http: Http, namespace: str) -> None:
 
 
 async def test_limits_default_requests_and_guaranteed_qos(http: Http, namespace: str) -> None:
-    pod = {"metadata": {"name": "g"}, "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+    pod = {
+        "metadata": {"name": "g"},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]
+        },
+    }
     obj = await http.create(core(namespace, "pods"), pod)
     assert obj["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
     assert obj["status"]["qosClass"] == "Guaranteed"

@@ -45,7 +45,14 @@ async def _informer(api: client.CustomObjectsApi, namespace: str, cache: dict[st
             while not stop.is_set():
                 async with watch.Watch() as w:
                     async for ev in w.stream(
-                        api.list_namespaced_custom_object, GROUP, "v1", namespace, "widgets", resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=2
+                        api.list_namespaced_custom_object,
+                        GROUP,
+                        "v1",
+                        namespace,
+                        "widgets",
+                        resource_version=rv,
+                        allow_watch_bookmarks=True,
+                        timeout_seconds=2,
                     ):
                         obj = ev["raw_object"]
                         rv = obj["metadata"]["resourceVersion"]
@@ -69,7 +76,13 @@ async def test_informer_converges_after_compaction_and_cuts(kube_client, namespa
         async def write(i: int) -> None:
             await api.create_namespaced_custom_object(GROUP, "v1", namespace, "widgets", widget(f"w{i}"))
             await api.patch_namespaced_custom_object(
-                GROUP, "v1", namespace, "widgets", f"w{i}", {"spec": {"replicas": i}}, _content_type="application/merge-patch+json"
+                GROUP,
+                "v1",
+                namespace,
+                "widgets",
+                f"w{i}",
+                {"spec": {"replicas": i}},
+                _content_type="application/merge-patch+json",
             )
             if i % 3 == 0:
                 await api.delete_namespaced_custom_object(GROUP, "v1", namespace, "widgets", f"w{i}")
@@ -104,7 +117,9 @@ async def test_leader_election_with_a_lease(kube_client, namespace: str) -> None
         return None
 
     lock = LeaseLock("scale-set-leader", namespace, "replica-a", kube_client)
-    config = electionconfig.Config(lock, lease_duration=4, renew_deadline=3, retry_period=1, onstarted_leading=started, onstopped_leading=stopped)
+    config = electionconfig.Config(
+        lock, lease_duration=4, renew_deadline=3, retry_period=1, onstarted_leading=started, onstopped_leading=stopped
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(leaderelection.LeaderElection(config).run)
         with anyio.fail_after(10):

@@ -38,7 +38,9 @@ async def test_snake_case_model_dict_loses_fields(http: Http, namespace: str) ->
 
 
 async def test_defaults_applied(http: Http, namespace: str) -> None:
-    obj = await http.create(widgets(namespace), widget("def", ports=[{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}]))
+    obj = await http.create(
+        widgets(namespace), widget("def", ports=[{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}])
+    )
     assert obj["spec"]["mode"] == "Auto"
     assert obj["spec"]["ports"] == [{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 53, "protocol": "UDP"}]
     obj = await http.create(widgets(namespace), {**widget("def2"), "spec": {"mode": "Manual"}})
@@ -46,11 +48,16 @@ async def test_defaults_applied(http: Http, namespace: str) -> None:
 
 
 async def test_invalid_types_and_required(http: Http, namespace: str) -> None:
-    status, body = await http.post(widgets(namespace), widget("bad", replicas="three", ports=[{"protocol": "TCP"}], mode="Sideways"))
+    status, body = await http.post(
+        widgets(namespace), widget("bad", replicas="three", ports=[{"protocol": "TCP"}], mode="Sideways")
+    )
     assert status == 422 and body["reason"] == "Invalid" and body["details"]["kind"] == "Widget"
     fields = {c["field"] for c in body["details"]["causes"]}
     assert {"spec.replicas", "spec.ports[0].containerPort", "spec.mode"} <= fields
-    assert 'spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string"' in body["message"]
+    assert (
+        'spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string"'
+        in body["message"]
+    )
     status, body = await http.post(widgets(namespace), widget("neg", replicas=-1))
     assert status == 422
 
@@ -74,13 +81,26 @@ async def test_arc_crds_install_established(http: Http) -> None:
     crd_dir = Path(__file__).resolve().parents[2] / "deploy" / "crds"
     assert any(crd_dir.glob("*.yaml")), "deploy/crds/ has no CRDs"
     for name in ("autoscalingrunnersets", "ephemeralrunnersets", "ephemeralrunners", "autoscalinglisteners"):
-        status, crd = await http.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}.actions.github.com")
+        status, crd = await http.get(
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}.actions.github.com"
+        )
         assert status == 200
         conds = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
         assert conds["Established"] == "True"
 
 
-@pytest.mark.parametrize("sample", ["ars-minimal.yaml", "ars-dind.yaml", "ars-kubernetes.yaml", "ars-kubernetes-novolume.yaml", "ers.yaml", "er.yaml", "al.yaml"])
+@pytest.mark.parametrize(
+    "sample",
+    [
+        "ars-minimal.yaml",
+        "ars-dind.yaml",
+        "ars-kubernetes.yaml",
+        "ars-kubernetes-novolume.yaml",
+        "ers.yaml",
+        "er.yaml",
+        "al.yaml",
+    ],
+)
 async def test_arc_samples_are_accepted_without_unknown_fields(kube_api, namespace: str, sample: str) -> None:
     import aiohttp
     import yaml

@@ -162,7 +162,13 @@ async def test_put_without_resource_version(http: Http, namespace: str) -> None:
             "name": "norv",
             "group": GROUP,
             "kind": "widgets",
-            "causes": [{"reason": "FieldValueInvalid", "message": "Invalid value: 0x0: must be specified for an update", "field": "metadata.resourceVersion"}],
+            "causes": [
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": "Invalid value: 0x0: must be specified for an update",
+                    "field": "metadata.resourceVersion",
+                }
+            ],
         },
         "code": 422,
     }
@@ -176,7 +182,9 @@ async def test_merge_patch_with_stale_resource_version_conflicts(http: Http, nam
     rv = obj["metadata"]["resourceVersion"]
     status, _ = await http.patch(widgets(namespace, "mp"), {"spec": {"replicas": 2}})
     assert status == 200
-    status, body = await http.patch(widgets(namespace, "mp"), {"metadata": {"resourceVersion": rv}, "spec": {"replicas": 3}})
+    status, body = await http.patch(
+        widgets(namespace, "mp"), {"metadata": {"resourceVersion": rv}, "spec": {"replicas": 3}}
+    )
     assert status == 409 and body["reason"] == "Conflict"
     status, body = await http.patch(widgets(namespace, "mp"), {"spec": {"replicas": 4}})  # no RV: never conflicts
     assert status == 200 and body["spec"]["replicas"] == 4
@@ -185,7 +193,10 @@ async def test_merge_patch_with_stale_resource_version_conflicts(http: Http, nam
 async def test_json_patch_test_op_with_stale_rv_is_422(http: Http, namespace: str) -> None:
     obj = await http.create(widgets(namespace), widget("jp", replicas=1))
     await http.patch(widgets(namespace, "jp"), {"spec": {"replicas": 2}})
-    ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]}, {"op": "replace", "path": "/spec/replicas", "value": 5}]
+    ops = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]},
+        {"op": "replace", "path": "/spec/replicas", "value": 5},
+    ]
     status, body = await http.patch(widgets(namespace, "jp"), ops, "application/json-patch+json")
     assert status == 422 and body["reason"] == "Invalid"
     assert body["message"] == "the server rejected our request due to an error in our request"
@@ -198,7 +209,10 @@ async def test_put_with_uid_of_recreated_object_conflicts(http: Http, namespace:
     old["metadata"]["resourceVersion"] = new["metadata"]["resourceVersion"]
     status, body = await http.put(widgets(namespace, "re"), old)
     assert status == 409 and body["reason"] == "Conflict"
-    assert f"Precondition failed: UID in precondition: {old['metadata']['uid']}, UID in object meta: {new['metadata']['uid']}" in body["message"]
+    assert (
+        f"Precondition failed: UID in precondition: {old['metadata']['uid']}, UID in object meta: {new['metadata']['uid']}"
+        in body["message"]
+    )
 
 
 async def test_noop_writes_keep_resource_version(http: Http, namespace: str) -> None:
@@ -214,9 +228,13 @@ async def test_delete_preconditions(http: Http, namespace: str) -> None:
     status, body = await http.delete(widgets(namespace, "pre"), {"preconditions": {"resourceVersion": "1"}})
     assert status == 409 and body["reason"] == "Conflict"
     assert "Precondition failed: ResourceVersion in precondition: 1" in body["message"]
-    status, body = await http.delete(widgets(namespace, "pre"), {"preconditions": {"uid": "00000000-0000-4000-8000-000000000000"}})
+    status, body = await http.delete(
+        widgets(namespace, "pre"), {"preconditions": {"uid": "00000000-0000-4000-8000-000000000000"}}
+    )
     assert status == 409 and "UID in precondition" in body["message"]
-    status, _ = await http.delete(widgets(namespace, "pre"), {"preconditions": {"resourceVersion": obj["metadata"]["resourceVersion"]}})
+    status, _ = await http.delete(
+        widgets(namespace, "pre"), {"preconditions": {"resourceVersion": obj["metadata"]["resourceVersion"]}}
+    )
     assert status == 200
 
 
@@ -226,7 +244,9 @@ async def test_order_of_errors(http: Http, namespace: str) -> None:
     obj["spec"]["replicas"] = "not a number"  # stale RV and invalid content: the RV check wins
     status, body = await http.put(widgets(namespace, "order"), obj)
     assert status == 409
-    status, body = await http.patch(widgets(namespace, "absent"), [{"op": "remove", "path": "/nope"}], "application/json-patch+json")
+    status, body = await http.patch(
+        widgets(namespace, "absent"), [{"op": "remove", "path": "/nope"}], "application/json-patch+json"
+    )
     assert status == 404
 
 
@@ -241,7 +261,9 @@ async def test_put_name_mismatch_is_400(http: Http, namespace: str) -> None:
 async def test_wrong_body_content_type_is_415(http: Http, namespace: str) -> None:
     status, body = await http.request("POST", widgets(namespace), widget("ct"), content_type="text/plain")
     assert status == 415 and body["reason"] == "UnsupportedMediaType"
-    assert body["message"].startswith("the body of the request was in an unknown format - accepted media types include: application/json")
+    assert body["message"].startswith(
+        "the body of the request was in an unknown format - accepted media types include: application/json"
+    )
 
 
 async def test_dry_run_writes_nothing(http: Http, namespace: str) -> None:
@@ -249,11 +271,19 @@ async def test_dry_run_writes_nothing(http: Http, namespace: str) -> None:
     assert status == 201 and obj["metadata"]["name"] == "dry" and obj["spec"]["mode"] == "Auto"
     assert (await http.get(widgets(namespace, "dry")))[0] == 404
     real = await http.create(widgets(namespace), widget("dry", replicas=1))
-    status, obj = await http.request("PATCH", widgets(namespace, "dry"), {"spec": {"replicas": 5}}, "application/merge-patch+json", params={"dryRun": "All"})
+    status, obj = await http.request(
+        "PATCH",
+        widgets(namespace, "dry"),
+        {"spec": {"replicas": 5}},
+        "application/merge-patch+json",
+        params={"dryRun": "All"},
+    )
     assert status == 200 and obj["spec"]["replicas"] == 5
     status, obj = await http.delete(widgets(namespace, "dry"), {"dryRun": ["All"]})
     assert status == 200
     _, stored = await http.get(widgets(namespace, "dry"))
-    assert stored["spec"]["replicas"] == 1 and stored["metadata"]["resourceVersion"] == real["metadata"]["resourceVersion"]
+    assert (
+        stored["spec"]["replicas"] == 1 and stored["metadata"]["resourceVersion"] == real["metadata"]["resourceVersion"]
+    )
     status, body = await http.post(widgets(namespace), widget("dry2"), dryRun="Some")
     assert status == 400

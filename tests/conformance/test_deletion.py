@@ -18,7 +18,12 @@ async def wait_gone(http: Http, path: str, timeout: float = 10) -> None:
 
 
 def ref(owner: dict, block: bool = False) -> dict:
-    r = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]}
+    r = {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+    }
     if block:
         r["blockOwnerDeletion"] = True
     return r
@@ -35,7 +40,10 @@ async def test_delete_responses(http: Http, namespace: str) -> None:
         "status": "Success",
         "details": {"name": "d", "group": GROUP, "kind": "widgets", "uid": obj["metadata"]["uid"]},
     }
-    await http.create(core(namespace, "pods"), {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    await http.create(
+        core(namespace, "pods"),
+        {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    )
     status, body = await http.delete(core(namespace, "pods", "p"))
     assert status == 200 and body["kind"] == "Pod" and body["metadata"]["name"] == "p"
     status, body = await http.delete(widgets(namespace, "d"))
@@ -50,9 +58,14 @@ async def test_delete_with_finalizer_marks_then_removal_deletes(http: Http, name
     assert status == 200 and obj["metadata"]["deletionTimestamp"] and obj["metadata"]["deletionGracePeriodSeconds"] == 0
     status, got = await http.get(widgets(namespace, "f"))
     assert status == 200
-    status, err = await http.patch(widgets(namespace, "f"), {"metadata": {"finalizers": [HOLD, "test.runnerscale.dev/new"]}})
+    status, err = await http.patch(
+        widgets(namespace, "f"), {"metadata": {"finalizers": [HOLD, "test.runnerscale.dev/new"]}}
+    )
     assert status == 422 and err["details"]["causes"][0]["reason"] == "FieldValueForbidden"
-    assert 'no new finalizers can be added if the object is being deleted, found new finalizers []string{"test.runnerscale.dev/new"}' in err["message"]
+    assert (
+        'no new finalizers can be added if the object is being deleted, found new finalizers []string{"test.runnerscale.dev/new"}'
+        in err["message"]
+    )
     status, same = await http.patch(widgets(namespace, "f"), {"metadata": {"deletionTimestamp": None}})
     assert status == 200 and same["metadata"]["deletionTimestamp"] == obj["metadata"]["deletionTimestamp"]
     got["metadata"]["finalizers"] = []
@@ -65,7 +78,9 @@ async def test_delete_with_finalizer_marks_then_removal_deletes(http: Http, name
 
 async def test_delete_options_body_beats_query(http: Http, namespace: str) -> None:
     await http.create(widgets(namespace), widget("o"))
-    status, obj = await http.delete(widgets(namespace, "o"), {"propagationPolicy": "Orphan"}, propagationPolicy="Background")
+    status, obj = await http.delete(
+        widgets(namespace, "o"), {"propagationPolicy": "Orphan"}, propagationPolicy="Background"
+    )
     assert status == 200 and "orphan" in obj["metadata"]["finalizers"]  # marked, GC will finish
     await wait_gone(http, widgets(namespace, "o"))
 
@@ -82,7 +97,10 @@ async def test_graceful_pod_deletion(http: Http, namespace: str) -> None:
     assert status == 200
     status, _ = await http.get(core(namespace, "pods", "g"))
     assert status == 404
-    await http.create(core(namespace, "pods"), {"metadata": {"name": "u"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    await http.create(
+        core(namespace, "pods"),
+        {"metadata": {"name": "u"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    )
     await http.delete(core(namespace, "pods", "u"))
     assert (await http.get(core(namespace, "pods", "u")))[0] == 404  # never scheduled: removed at once
 
@@ -161,8 +179,17 @@ async def test_namespace_deletion(http: Http, namespace: str) -> None:
     assert status == 200 and marked["status"]["phase"] == "Terminating"
     status, err = await http.post(core(ns, "configmaps"), {"metadata": {"name": "late"}})
     assert status == 403 and err["reason"] == "Forbidden"
-    assert err["message"] == f'configmaps "late" is forbidden: unable to create new content in namespace {ns} because it is being terminated'
-    assert err["details"]["causes"] == [{"reason": "NamespaceTerminating", "message": f"namespace {ns} is being terminated", "field": "metadata.namespace"}]
+    assert (
+        err["message"]
+        == f'configmaps "late" is forbidden: unable to create new content in namespace {ns} because it is being terminated'
+    )
+    assert err["details"]["causes"] == [
+        {
+            "reason": "NamespaceTerminating",
+            "message": f"namespace {ns} is being terminated",
+            "field": "metadata.namespace",
+        }
+    ]
     await wait_gone(http, core(ns, "configmaps", "c"))
     assert (await http.get(f"/api/v1/namespaces/{ns}"))[0] == 200  # held by the widget's finalizer
     await http.patch(widgets(ns, "w"), {"metadata": {"finalizers": None}})

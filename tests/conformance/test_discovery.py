@@ -13,7 +13,17 @@ pytestmark = pytest.mark.anyio
 async def test_version_has_all_fields_and_parses(http: Http, kube_client) -> None:
     status, body = await http.get("/version")
     assert status == 200
-    for key in ("major", "minor", "gitVersion", "gitCommit", "gitTreeState", "buildDate", "goVersion", "compiler", "platform"):
+    for key in (
+        "major",
+        "minor",
+        "gitVersion",
+        "gitCommit",
+        "gitTreeState",
+        "buildDate",
+        "goVersion",
+        "compiler",
+        "platform",
+    ):
         assert body[key], key
     info = await client.VersionApi(kube_client).get_code()
     assert info.major == "1"
@@ -44,7 +54,13 @@ async def test_arc_crds_are_served(http: Http) -> None:
     status, res = await http.get("/apis/actions.github.com/v1alpha1")
     assert status == 200
     names = {r["name"] for r in res["resources"]}
-    assert {"ephemeralrunners", "ephemeralrunners/status", "autoscalingrunnersets", "ephemeralrunnersets", "autoscalinglisteners"} <= names
+    assert {
+        "ephemeralrunners",
+        "ephemeralrunners/status",
+        "autoscalingrunnersets",
+        "ephemeralrunnersets",
+        "autoscalinglisteners",
+    } <= names
 
 
 async def test_crd_created_at_runtime_is_served_and_removed(http: Http, namespace: str) -> None:
@@ -56,7 +72,14 @@ async def test_crd_created_at_runtime_is_served_and_removed(http: Http, namespac
             "group": "runtime.runnerscale.dev",
             "names": {"kind": "Thing", "plural": f"things{namespace.replace('-', '')}"},
             "scope": "Namespaced",
-            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
         },
     }
     plural = crd["spec"]["names"]["plural"]
@@ -78,7 +101,11 @@ async def test_crd_created_at_runtime_is_served_and_removed(http: Http, namespac
 
 
 async def test_unknown_resource_is_404_status(http: Http) -> None:
-    for path in ("/apis/nope.example.com/v1/things", "/api/v1/namespaces/default/nothings", f"/apis/{GROUP}/v9/widgets"):
+    for path in (
+        "/apis/nope.example.com/v1/things",
+        "/api/v1/namespaces/default/nothings",
+        f"/apis/{GROUP}/v9/widgets",
+    ):
         status, body = await http.get(path)
         assert status == 404, path
         assert body["kind"] == "Status" and body["reason"] == "NotFound"

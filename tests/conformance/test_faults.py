@@ -8,7 +8,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.apiserver import FaultRule
+from services.embedded.apiserver import FaultRule
 
 from .conftest import GROUP, Http, watch_lines, widget, widgets
 
@@ -27,7 +27,9 @@ def control(kube_api):
 async def test_injected_conflict_is_count_limited_and_scoped(http: Http, namespace: str, control) -> None:
     await http.create(widgets(namespace), widget("a"))
     await http.create(widgets(namespace), widget("b"))
-    control.add_fault(action="error", code=409, verb="patch", resource="widgets", namespace=namespace, name="a", times=2)
+    control.add_fault(
+        action="error", code=409, verb="patch", resource="widgets", namespace=namespace, name="a", times=2
+    )
     for _ in range(2):
         status, body = await http.patch(widgets(namespace, "a"), {"spec": {"replicas": 1}})
         assert status == 409 and body["reason"] == "Conflict"
@@ -90,7 +92,7 @@ async def test_watch_lag_knob(http: Http, namespace: str, control) -> None:
 
 
 async def test_bad_fault_rule_is_rejected(control) -> None:
-    from services.apiserver.control import ControlError
+    from services.embedded.apiserver.control import ControlError
 
     with pytest.raises(ControlError, match="code must be an HTTP error status"):
         control.add_fault(action="error", code=200)
@@ -109,7 +111,10 @@ async def test_request_counter_and_metrics(http: Http, namespace: str, control) 
     assert rows[("list", "widgets", "")] == 1
     status, text = await http.get("/metrics")
     assert status == 200
-    assert f'apiserver_request_total{{code="200",group="{GROUP}",resource="widgets",subresource="status",verb="patch"}}' in text
+    assert (
+        f'apiserver_request_total{{code="200",group="{GROUP}",resource="widgets",subresource="status",verb="patch"}}'
+        in text
+    )
 
 
 async def test_python_hooks_in_process(kube_api, http: Http, namespace: str) -> None:
@@ -118,7 +123,9 @@ async def test_python_hooks_in_process(kube_api, http: Http, namespace: str) -> 
     await http.create(widgets(namespace), widget("hook"))
     rv = kube_api.call(lambda emu: emu.store.rv)
     assert kube_api.call(lambda emu: emu.compact()) == rv
-    rule = kube_api.call(lambda emu: emu.faults.add(FaultRule(action="error", code=503, verb="get", resource="widgets", name="hook")))
+    rule = kube_api.call(
+        lambda emu: emu.faults.add(FaultRule(action="error", code=503, verb="get", resource="widgets", name="hook"))
+    )
     status, body = await http.get(widgets(namespace, "hook"))
     assert status == 503 and body["reason"] == "ServiceUnavailable"
     assert kube_api.call(lambda emu: emu.faults.remove(rule.id)) is False  # spent after one use
@@ -136,16 +143,17 @@ async def test_control_state_gc_and_crd_install(kube_api, http: Http, namespace:
     assert control._call("POST", "/_emulator/crds", None) == {"installed": []}
     import aiohttp
 
-    async with aiohttp.ClientSession() as s:
-        async with s.post(f"{kube_api.url}/_emulator/crds", data=crd) as resp:
-            assert (await resp.json()) == {"installed": ["ctlthings.control.runnerscale.dev"]}
+    async with aiohttp.ClientSession() as s, s.post(f"{kube_api.url}/_emulator/crds", data=crd) as resp:
+        assert (await resp.json()) == {"installed": ["ctlthings.control.runnerscale.dev"]}
     status, _ = await http.get(f"/apis/control.runnerscale.dev/v1/namespaces/{namespace}/ctlthings")
     assert status == 200
     control.settings(gc_paused=True)
     try:
         owner = await http.create(widgets(namespace), widget("gc-owner"))
         ref = {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "name": "gc-owner", "uid": owner["metadata"]["uid"]}
-        await http.create(f"/api/v1/namespaces/{namespace}/configmaps", {"metadata": {"name": "gc-dep", "ownerReferences": [ref]}})
+        await http.create(
+            f"/api/v1/namespaces/{namespace}/configmaps", {"metadata": {"name": "gc-dep", "ownerReferences": [ref]}}
+        )
         await http.delete(widgets(namespace, "gc-owner"))
         assert (await http.get(f"/api/v1/namespaces/{namespace}/configmaps/gc-dep"))[0] == 200  # paused
         assert control.run_gc() is True

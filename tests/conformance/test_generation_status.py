@@ -13,7 +13,10 @@ async def test_spec_change_bumps_generation_metadata_does_not(http: Http, namesp
     await http.create(widgets(namespace), widget("gen", replicas=1))
     _, obj = await http.patch(widgets(namespace, "gen"), {"spec": {"replicas": 2}})
     assert obj["metadata"]["generation"] == 2
-    _, obj = await http.patch(widgets(namespace, "gen"), {"metadata": {"labels": {"a": "b"}, "annotations": {"x": "y"}, "finalizers": ["test.runnerscale.dev/f"]}})
+    _, obj = await http.patch(
+        widgets(namespace, "gen"),
+        {"metadata": {"labels": {"a": "b"}, "annotations": {"x": "y"}, "finalizers": ["test.runnerscale.dev/f"]}},
+    )
     assert obj["metadata"]["generation"] == 2
     _, obj = await http.patch(widgets(namespace, "gen"), {"metadata": {"finalizers": None, "generation": 99}})
     assert obj["metadata"]["generation"] == 2  # clients can never set it
@@ -56,7 +59,13 @@ async def test_create_drops_status(http: Http, namespace: str) -> None:
 
 
 async def test_kind_without_status_subresource(http: Http, namespace: str) -> None:
-    body = {"apiVersion": f"{GROUP}/v1", "kind": "Gadget", "metadata": {"name": "g"}, "spec": {"size": 1}, "status": {"phase": "A"}}
+    body = {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "Gadget",
+        "metadata": {"name": "g"},
+        "spec": {"size": 1},
+        "status": {"phase": "A"},
+    }
     obj = await http.create(gadgets(namespace), body)
     assert obj["status"] == {"phase": "A"}  # an ordinary field without the subresource
     status, _ = await http.patch(gadgets(namespace, "g") + "/status", {"status": {"phase": "B"}})
@@ -78,7 +87,11 @@ async def test_first_deletion_marking_bumps_generation_once(http: Http, namespac
 
 
 async def test_pod_status_and_generation(http: Http, namespace: str) -> None:
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}, "status": {"phase": "Running"}}
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+        "status": {"phase": "Running"},
+    }
     obj = await http.create(core(namespace, "pods"), pod)
     assert obj["status"]["phase"] == "Pending" and obj["metadata"]["generation"] == 1
     _, obj = await http.patch(core(namespace, "pods", "p"), {"status": {"phase": "Running"}})
@@ -91,14 +104,21 @@ async def test_pod_status_and_generation(http: Http, namespace: str) -> None:
     assert "activeDeadlineSeconds" not in obj["spec"] and obj["metadata"]["generation"] == 1
     smp = "application/strategic-merge-patch+json"
     # A merge patch would replace the container list and drop admission's token mount: 422.
-    status, _ = await http.patch(core(namespace, "pods", "p"), {"spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}})
+    status, _ = await http.patch(
+        core(namespace, "pods", "p"), {"spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}}
+    )
     assert status == 422
-    _, obj = await http.patch(core(namespace, "pods", "p"), {"spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}}, smp)
+    _, obj = await http.patch(
+        core(namespace, "pods", "p"), {"spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}}, smp
+    )
     assert obj["metadata"]["generation"] == 2 and obj["spec"]["containers"][0]["image"] == "busybox:1.37"
 
 
 async def test_pod_spec_is_mostly_immutable(http: Http, namespace: str) -> None:
-    await http.create(core(namespace, "pods"), {"metadata": {"name": "im"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    await http.create(
+        core(namespace, "pods"),
+        {"metadata": {"name": "im"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    )
     status, body = await http.patch(core(namespace, "pods", "im"), {"spec": {"restartPolicy": "Never"}})
     assert status == 422 and body["details"]["kind"] == "Pod"
     assert "pod updates may not change fields other than" in body["message"]

@@ -21,12 +21,22 @@ pytestmark = [pytest.mark.kubectl]
 
 
 def test_kubectl_is_installed() -> None:
-    assert Path(KUBECTL).exists(), "kubectl is required by the conformance suite (install it, e.g. apt-get install kubectl)"
+    assert Path(KUBECTL).exists(), (
+        "kubectl is required by the conformance suite (install it, e.g. apt-get install kubectl)"
+    )
 
 
 class Kubectl:
     def __init__(self, kube_api: KubeApi, cache_dir: Path) -> None:
-        self.base = [KUBECTL, "--kubeconfig", str(kube_api.kubeconfig), "--cache-dir", str(cache_dir), "--request-timeout", "20s"]
+        self.base = [
+            KUBECTL,
+            "--kubeconfig",
+            str(kube_api.kubeconfig),
+            "--cache-dir",
+            str(cache_dir),
+            "--request-timeout",
+            "20s",
+        ]
 
     def __call__(self, *args: str, stdin: str | None = None, timeout: float = 30) -> str:
         proc = subprocess.run([*self.base, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
@@ -71,28 +81,59 @@ def test_kubectl_workflow(kube_api: KubeApi, namespace: str, tmp_path: Path) -> 
     table = k("-n", namespace, "get", "autoscalingrunnersets")
     header = table.splitlines()[0]
     # ARC's printer columns, in ARC's order (priority-0 columns only; AGE is kubectl's own).
-    arc_columns = ["NAME", "MINIMUM RUNNERS", "MAXIMUM RUNNERS", "CURRENT RUNNERS", "PHASE",
-                   "PENDING RUNNERS", "RUNNING RUNNERS", "FINISHED RUNNERS", "DELETING RUNNERS"]
+    arc_columns = [
+        "NAME",
+        "MINIMUM RUNNERS",
+        "MAXIMUM RUNNERS",
+        "CURRENT RUNNERS",
+        "PHASE",
+        "PENDING RUNNERS",
+        "RUNNING RUNNERS",
+        "FINISHED RUNNERS",
+        "DELETING RUNNERS",
+    ]
     positions = [header.find(c) for c in arc_columns]
     assert all(p >= 0 for p in positions) and positions == sorted(positions), header
     wide = k("-n", namespace, "get", "autoscalingrunnersets", "-o", "wide").splitlines()[0]
     assert "GENERATION" in wide and "OBSERVED GENERATION" in wide, wide  # the typed-state columns
 
-    watcher = k.popen("-n", namespace, "get", "autoscalingrunnersets", "-w", "-o", "custom-columns=NAME:.metadata.name,MAX:.spec.maxRunners")
+    watcher = k.popen(
+        "-n",
+        namespace,
+        "get",
+        "autoscalingrunnersets",
+        "-w",
+        "-o",
+        "custom-columns=NAME:.metadata.name,MAX:.spec.maxRunners",
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(watcher.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
     reader.start()
     try:
         _wait_for(lambda: any(line.startswith("minimal") for line in lines), 20, "the watch's first row")
-        assert "patched" in k("-n", namespace, "patch", "autoscalingrunnerset", "minimal", "--type", "merge", "-p", '{"spec":{"maxRunners":5}}')
+        assert "patched" in k(
+            "-n",
+            namespace,
+            "patch",
+            "autoscalingrunnerset",
+            "minimal",
+            "--type",
+            "merge",
+            "-p",
+            '{"spec":{"maxRunners":5}}',
+        )
         _wait_for(lambda: any(line.split()[-1:] == ["5"] for line in lines), 20, "kubectl get -w to show maxRunners=5")
     finally:
         watcher.terminate()
         watcher.wait(timeout=10)
 
     assert "labeled" in k("-n", namespace, "label", "autoscalingrunnerset", "minimal", "team=ci")
-    assert "annotated" in k("-n", namespace, "annotate", "autoscalingrunnerset", "minimal", "runnerscale.dev/note=hello")
-    out = k("-n", namespace, "wait", "autoscalingrunnerset/minimal", "--for=jsonpath={.spec.maxRunners}=5", "--timeout=20s")
+    assert "annotated" in k(
+        "-n", namespace, "annotate", "autoscalingrunnerset", "minimal", "runnerscale.dev/note=hello"
+    )
+    out = k(
+        "-n", namespace, "wait", "autoscalingrunnerset/minimal", "--for=jsonpath={.spec.maxRunners}=5", "--timeout=20s"
+    )
     assert "condition met" in out
 
     doc = yaml.safe_load(k("-n", namespace, "get", "autoscalingrunnerset", "minimal", "-o", "yaml"))
@@ -101,16 +142,47 @@ def test_kubectl_workflow(kube_api: KubeApi, namespace: str, tmp_path: Path) -> 
     assert doc["metadata"]["labels"] == {"team": "ci"}
     assert doc["metadata"]["annotations"]["runnerscale.dev/note"] == "hello"
 
-    k("-n", namespace, "patch", "autoscalingrunnerset", "minimal", "--type", "merge", "-p", '{"metadata":{"finalizers":["runnerscale.dev/test-hold"]}}')
+    k(
+        "-n",
+        namespace,
+        "patch",
+        "autoscalingrunnerset",
+        "minimal",
+        "--type",
+        "merge",
+        "-p",
+        '{"metadata":{"finalizers":["runnerscale.dev/test-hold"]}}',
+    )
     deleter = k.popen("-n", namespace, "delete", "autoscalingrunnerset", "minimal", "--wait=true", "--timeout=30s")
     try:
         _wait_for(
-            lambda: k("-n", namespace, "get", "autoscalingrunnerset", "minimal", "-o", "jsonpath={.metadata.deletionTimestamp}").strip() != "",
+            lambda: (
+                k(
+                    "-n",
+                    namespace,
+                    "get",
+                    "autoscalingrunnerset",
+                    "minimal",
+                    "-o",
+                    "jsonpath={.metadata.deletionTimestamp}",
+                ).strip()
+                != ""
+            ),
             20,
             "deletionTimestamp to be set",
         )
         assert deleter.poll() is None  # still waiting: the finalizer holds the object
-        k("-n", namespace, "patch", "autoscalingrunnerset", "minimal", "--type", "merge", "-p", '{"metadata":{"finalizers":null}}')
+        k(
+            "-n",
+            namespace,
+            "patch",
+            "autoscalingrunnerset",
+            "minimal",
+            "--type",
+            "merge",
+            "-p",
+            '{"metadata":{"finalizers":null}}',
+        )
         out, err = deleter.communicate(timeout=30)
     finally:
         if deleter.poll() is None:
@@ -118,7 +190,9 @@ def test_kubectl_workflow(kube_api: KubeApi, namespace: str, tmp_path: Path) -> 
             deleter.wait(timeout=10)
     assert deleter.returncode == 0, err
     assert 'autoscalingrunnerset.actions.github.com "minimal" deleted' in out
-    gone = subprocess.run([*k.base, "-n", namespace, "get", "autoscalingrunnerset", "minimal"], capture_output=True, text=True, timeout=30)
+    gone = subprocess.run(
+        [*k.base, "-n", namespace, "get", "autoscalingrunnerset", "minimal"], capture_output=True, text=True, timeout=30
+    )
     assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
@@ -134,7 +208,12 @@ def test_kubectl_core_resources(kube_api: KubeApi, namespace: str, tmp_path: Pat
     manifest["data"]["b"] = "2"
     assert "configured" in k("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
     assert k("-n", namespace, "get", "configmap", "settings", "-o", "jsonpath={.data.b}") == "2"
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": namespace}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
     k("apply", "-f", "-", stdin=yaml.safe_dump(pod))
     table = k("-n", namespace, "get", "pods")
     assert table.splitlines()[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]

@@ -11,7 +11,12 @@ pytestmark = pytest.mark.anyio
 
 
 async def _labelled(http: Http, ns: str) -> None:
-    for name, labels in (("a", {"env": "prod", "tier": "web"}), ("b", {"env": "dev"}), ("c", {"tier": "db"}), ("d", {})):
+    for name, labels in (
+        ("a", {"env": "prod", "tier": "web"}),
+        ("b", {"env": "dev"}),
+        ("c", {"tier": "db"}),
+        ("d", {}),
+    ):
         body = widget(name)
         if labels:
             body["metadata"]["labels"] = labels
@@ -86,7 +91,9 @@ async def test_pagination_with_selector(http: Http, namespace: str) -> None:
     _, p1 = await http.get(widgets(namespace), limit="2", labelSelector="keep=yes")
     assert [i["metadata"]["name"] for i in p1["items"]] == ["s0", "s2"]
     assert "remainingItemCount" not in p1["metadata"]
-    _, p2 = await http.get(widgets(namespace), limit="2", labelSelector="keep=yes", **{"continue": p1["metadata"]["continue"]})
+    _, p2 = await http.get(
+        widgets(namespace), limit="2", labelSelector="keep=yes", **{"continue": p1["metadata"]["continue"]}
+    )
     assert [i["metadata"]["name"] for i in p2["items"]] == ["s3"]
 
 
@@ -133,5 +140,7 @@ async def test_client_pagination_round_trip(kube_client, http: Http, namespace: 
 async def test_client_set_based_selector(kube_client, http: Http, namespace: str) -> None:
     await _labelled(http, namespace)
     api = client.CustomObjectsApi(kube_client)
-    listed = await api.list_namespaced_custom_object(GROUP, "v1", namespace, "widgets", label_selector="env in (prod,dev),tier notin (db)")
+    listed = await api.list_namespaced_custom_object(
+        GROUP, "v1", namespace, "widgets", label_selector="env in (prod,dev),tier notin (db)"
+    )
     assert [i["metadata"]["name"] for i in listed["items"]] == ["a", "b"]

@@ -10,10 +10,16 @@ from .conftest import GROUP, Http, core, widget, widgets
 
 pytestmark = pytest.mark.anyio
 
-POD = {"metadata": {"name": "p"}, "spec": {"containers": [
-    {"name": "a", "image": "busybox:1", "env": [{"name": "X", "value": "1"}], "ports": [{"containerPort": 80}]},
-    {"name": "b", "image": "busybox:1"},
-], "tolerations": [{"key": "k", "operator": "Exists"}]}}
+POD = {
+    "metadata": {"name": "p"},
+    "spec": {
+        "containers": [
+            {"name": "a", "image": "busybox:1", "env": [{"name": "X", "value": "1"}], "ports": [{"containerPort": 80}]},
+            {"name": "b", "image": "busybox:1"},
+        ],
+        "tolerations": [{"key": "k", "operator": "Exists"}],
+    },
+}
 
 
 async def test_dict_patch_with_library_default_content_type_is_400(kube_client, http: Http, namespace: str) -> None:
@@ -22,34 +28,56 @@ async def test_dict_patch_with_library_default_content_type_is_400(kube_client, 
     with pytest.raises(ApiException) as exc:
         await api.patch_namespaced_custom_object(GROUP, "v1", namespace, "widgets", "lib", {"spec": {"replicas": 2}})
     assert exc.value.status == 400
-    assert "error decoding patch: json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp" in exc.value.body
+    assert (
+        "error decoding patch: json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp"
+        in exc.value.body
+    )
 
 
 async def test_merge_patch_through_the_client(kube_client, http: Http, namespace: str) -> None:
     await http.create(widgets(namespace), widget("mp", replicas=1, tags=["a", "b"], image="x"))
     api = client.CustomObjectsApi(kube_client)
     obj = await api.patch_namespaced_custom_object(
-        GROUP, "v1", namespace, "widgets", "mp", {"spec": {"replicas": 2, "tags": ["c"], "image": None}}, _content_type="application/merge-patch+json"
+        GROUP,
+        "v1",
+        namespace,
+        "widgets",
+        "mp",
+        {"spec": {"replicas": 2, "tags": ["c"], "image": None}},
+        _content_type="application/merge-patch+json",
     )
     assert obj["spec"]["replicas"] == 2 and obj["spec"]["tags"] == ["c"] and "image" not in obj["spec"]
     obj = await api.patch_namespaced_custom_object_status(
-        GROUP, "v1", namespace, "widgets", "mp", {"status": {"phase": "Ready"}}, _content_type="application/merge-patch+json"
+        GROUP,
+        "v1",
+        namespace,
+        "widgets",
+        "mp",
+        {"status": {"phase": "Ready"}},
+        _content_type="application/merge-patch+json",
     )
     assert obj["status"]["phase"] == "Ready"
 
 
 async def test_json_patch(http: Http, namespace: str) -> None:
     await http.create(widgets(namespace), widget("jp", tags=["a"]))
-    ops = [{"op": "add", "path": "/spec/tags/-", "value": "b"}, {"op": "replace", "path": "/spec/mode", "value": "Manual"}]
+    ops = [
+        {"op": "add", "path": "/spec/tags/-", "value": "b"},
+        {"op": "replace", "path": "/spec/mode", "value": "Manual"},
+    ]
     status, obj = await http.patch(widgets(namespace, "jp"), ops, "application/json-patch+json")
     assert status == 200 and obj["spec"]["tags"] == ["a", "b"] and obj["spec"]["mode"] == "Manual"
-    status, body = await http.patch(widgets(namespace, "jp"), [{"op": "remove", "path": "/spec/nothing"}], "application/json-patch+json")
+    status, body = await http.patch(
+        widgets(namespace, "jp"), [{"op": "remove", "path": "/spec/nothing"}], "application/json-patch+json"
+    )
     assert status == 422 and body["reason"] == "Invalid"
 
 
 async def test_strategic_merge_patch_on_custom_resource_is_415(http: Http, namespace: str) -> None:
     await http.create(widgets(namespace), widget("smp"))
-    status, body = await http.patch(widgets(namespace, "smp"), {"spec": {"replicas": 1}}, "application/strategic-merge-patch+json")
+    status, body = await http.patch(
+        widgets(namespace, "smp"), {"spec": {"replicas": 1}}, "application/strategic-merge-patch+json"
+    )
     assert status == 415 and body["reason"] == "UnsupportedMediaType"
     assert body["message"].startswith(
         "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json"
@@ -63,7 +91,9 @@ async def test_unknown_and_apply_content_types_are_415(http: Http, namespace: st
         status, body = await http.patch(widgets(namespace, "ct"), {"spec": {}}, ctype)
         assert status == 415, ctype
         assert body["kind"] == "Status" and body["reason"] == "UnsupportedMediaType"
-        assert body["message"].startswith("the body of the request was in an unknown format - accepted media types include:")
+        assert body["message"].startswith(
+            "the body of the request was in an unknown format - accepted media types include:"
+        )
 
 
 async def test_server_side_apply_is_refused_with_a_clear_reason(kube_api, http: Http, namespace: str) -> None:
@@ -76,7 +106,9 @@ async def test_server_side_apply_is_refused_with_a_clear_reason(kube_api, http: 
 async def test_smp_on_pod_uses_merge_keys(http: Http, namespace: str) -> None:
     await http.create(core(namespace, "pods"), POD)
     smp = "application/strategic-merge-patch+json"
-    status, obj = await http.patch(core(namespace, "pods", "p"), {"spec": {"containers": [{"name": "a", "image": "busybox:2"}]}}, smp)
+    status, obj = await http.patch(
+        core(namespace, "pods", "p"), {"spec": {"containers": [{"name": "a", "image": "busybox:2"}]}}, smp
+    )
     assert status == 200
     by_name = {c["name"]: c for c in obj["spec"]["containers"]}
     assert set(by_name) == {"a", "b"}  # b kept: containers merge by name
@@ -85,7 +117,11 @@ async def test_smp_on_pod_uses_merge_keys(http: Http, namespace: str) -> None:
     # volumeMounts merge by mountPath: the admission-added token mount survives.
     assert any(m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount" for m in by_name["a"]["volumeMounts"])
     # env merges by name (a new entry is appended), which a running pod then refuses as a spec change.
-    status, body = await http.patch(core(namespace, "pods", "p"), {"spec": {"containers": [{"name": "a", "env": [{"name": "Y", "value": "2"}]}]}}, smp)
+    status, body = await http.patch(
+        core(namespace, "pods", "p"),
+        {"spec": {"containers": [{"name": "a", "env": [{"name": "Y", "value": "2"}]}]}},
+        smp,
+    )
     assert status == 422 and "pod updates may not change fields" in body["message"]
 
 
@@ -93,7 +129,9 @@ async def test_smp_tolerations_are_replaced(http: Http, namespace: str) -> None:
     await http.create(core(namespace, "pods"), POD)
     _, before = await http.get(core(namespace, "pods", "p"))
     tols = before["spec"]["tolerations"] + [{"key": "new", "operator": "Exists"}]
-    status, obj = await http.patch(core(namespace, "pods", "p"), {"spec": {"tolerations": tols}}, "application/strategic-merge-patch+json")
+    status, obj = await http.patch(
+        core(namespace, "pods", "p"), {"spec": {"tolerations": tols}}, "application/strategic-merge-patch+json"
+    )
     assert status == 200 and obj["spec"]["tolerations"] == tols
 
 
@@ -102,7 +140,9 @@ async def test_smp_finalizers_are_a_set(http: Http, namespace: str) -> None:
     smp = "application/strategic-merge-patch+json"
     _, obj = await http.patch(core(namespace, "configmaps", "f"), {"metadata": {"finalizers": ["x.io/b"]}}, smp)
     assert obj["metadata"]["finalizers"] == ["x.io/a", "x.io/b"]
-    _, obj = await http.patch(core(namespace, "configmaps", "f"), {"metadata": {"$deleteFromPrimitiveList/finalizers": ["x.io/a"]}}, smp)
+    _, obj = await http.patch(
+        core(namespace, "configmaps", "f"), {"metadata": {"$deleteFromPrimitiveList/finalizers": ["x.io/a"]}}, smp
+    )
     assert obj["metadata"]["finalizers"] == ["x.io/b"]
     _, obj = await http.patch(core(namespace, "configmaps", "f"), {"metadata": {"finalizers": ["x.io/c"]}})
     assert obj["metadata"]["finalizers"] == ["x.io/c"]  # merge patch replaces lists
@@ -113,8 +153,15 @@ async def test_smp_patch_directives(http: Http, namespace: str) -> None:
     smp = "application/strategic-merge-patch+json"
     owner = await http.create(core(namespace, "configmaps"), {"metadata": {"name": "o"}})
     ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": owner["metadata"]["uid"]}
-    await http.create(core(namespace, "configmaps"), {"metadata": {"name": "d", "ownerReferences": [ref]}, "data": {"a": "1", "b": "2"}})
-    _, obj = await http.patch(core(namespace, "configmaps", "d"), {"metadata": {"ownerReferences": [{"uid": ref["uid"], "$patch": "delete"}]}}, smp)
+    await http.create(
+        core(namespace, "configmaps"),
+        {"metadata": {"name": "d", "ownerReferences": [ref]}, "data": {"a": "1", "b": "2"}},
+    )
+    _, obj = await http.patch(
+        core(namespace, "configmaps", "d"),
+        {"metadata": {"ownerReferences": [{"uid": ref["uid"], "$patch": "delete"}]}},
+        smp,
+    )
     assert "ownerReferences" not in obj["metadata"] or obj["metadata"]["ownerReferences"] == []
     _, obj = await http.patch(core(namespace, "configmaps", "d"), {"data": {"$patch": "replace", "c": "3"}}, smp)
     assert obj["data"] == {"c": "3"}
@@ -125,9 +172,18 @@ async def test_smp_patch_directives(http: Http, namespace: str) -> None:
 async def test_smp_owner_references_merge_by_uid(http: Http, namespace: str) -> None:
     o1 = await http.create(core(namespace, "configmaps"), {"metadata": {"name": "o1"}})
     o2 = await http.create(core(namespace, "configmaps"), {"metadata": {"name": "o2"}})
-    ref = lambda o: {"apiVersion": "v1", "kind": "ConfigMap", "name": o["metadata"]["name"], "uid": o["metadata"]["uid"]}  # noqa: E731
+    ref = lambda o: {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": o["metadata"]["name"],
+        "uid": o["metadata"]["uid"],
+    }
     await http.create(core(namespace, "configmaps"), {"metadata": {"name": "dep", "ownerReferences": [ref(o1)]}})
-    _, obj = await http.patch(core(namespace, "configmaps", "dep"), {"metadata": {"ownerReferences": [ref(o2)]}}, "application/strategic-merge-patch+json")
+    _, obj = await http.patch(
+        core(namespace, "configmaps", "dep"),
+        {"metadata": {"ownerReferences": [ref(o2)]}},
+        "application/strategic-merge-patch+json",
+    )
     assert [r["name"] for r in obj["metadata"]["ownerReferences"]] == ["o1", "o2"]
 
 
@@ -135,7 +191,9 @@ async def test_merge_patch_body_errors(http: Http, namespace: str) -> None:
     await http.create(widgets(namespace), widget("bad"))
     status, body = await http.patch(widgets(namespace, "bad"), [{"spec": 1}])
     assert status == 422
-    status, body = await http.request("PATCH", widgets(namespace, "bad"), raw=b"{not json", content_type="application/merge-patch+json")
+    status, body = await http.request(
+        "PATCH", widgets(namespace, "bad"), raw=b"{not json", content_type="application/merge-patch+json"
+    )
     assert status == 400 and body["reason"] == "BadRequest"
     status, body = await http.patch(widgets(namespace, "bad"), {"metadata": {"name": "renamed"}})
     assert status == 400 and "does not match the name on the URL" in body["message"]

@@ -18,7 +18,18 @@ from .conftest import DATA
 def test_apiserver_process_lifecycle(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kc"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "apiserver", "--port", "0", "--kubeconfig-out", str(kubeconfig), "--crds", str(DATA / "crds.yaml")],
+        [
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "apiserver",
+            "--port",
+            "0",
+            "--kubeconfig-out",
+            str(kubeconfig),
+            "--crds",
+            str(DATA / "crds.yaml"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -49,7 +60,16 @@ def test_apiserver_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         s.listen()
         port = s.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "shared.cli", "apiserver", "--port", str(port), "--kubeconfig-out", str(tmp_path / "kc")],
+            [
+                sys.executable,
+                "-m",
+                "shared.cli",
+                "apiserver",
+                "--port",
+                str(port),
+                "--kubeconfig-out",
+                str(tmp_path / "kc"),
+            ],
             capture_output=True,
             text=True,
             timeout=30,
@@ -60,5 +80,7 @@ def test_apiserver_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("argv", [["--port", "0"], ["--bogus"]])
 def test_apiserver_bad_arguments(argv: list[str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", "apiserver", *argv], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "apiserver", *argv], capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 2 and "usage" in proc.stderr

@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from services.apiserver import admission, discovery
-from services.apiserver.api import _spec_changed, decode_continue, encode_continue
-from services.apiserver.errors import ApiError
-from services.apiserver.patch import PatchError, PatchFailed, apply_json_patch, apply_merge_patch, apply_strategic_merge_patch, smp_rules_for
-from services.apiserver.resources import builtin_types, types_from_crd
-from services.apiserver.schema import process_custom_object
-from services.apiserver.selectors import fields_match, labels_match, parse_field_selector, parse_go_bool, parse_label_selector
-from services.apiserver.store import Event, WatchFilter, Watcher
+from services.embedded.apiserver import admission, discovery
+from services.embedded.apiserver.api import _spec_changed, decode_continue, encode_continue
+from services.embedded.apiserver.errors import ApiError
+from services.embedded.apiserver.patch import (
+    PatchError,
+    PatchFailed,
+    apply_json_patch,
+    apply_merge_patch,
+    apply_strategic_merge_patch,
+    smp_rules_for,
+)
+from services.embedded.apiserver.resources import builtin_types, types_from_crd
+from services.embedded.apiserver.schema import process_custom_object
+from services.embedded.apiserver.selectors import (
+    fields_match,
+    labels_match,
+    parse_field_selector,
+    parse_go_bool,
+    parse_label_selector,
+)
+from services.embedded.apiserver.store import Event, Watcher, WatchFilter
 
 POD_RULES = smp_rules_for("Pod")
 
@@ -62,14 +75,24 @@ def test_go_bool() -> None:
 
 
 def test_merge_patch_rfc7386() -> None:
-    assert apply_merge_patch({"a": "b", "c": {"d": "e", "f": "g"}}, {"a": "z", "c": {"f": None}}) == {"a": "z", "c": {"d": "e"}}
+    assert apply_merge_patch({"a": "b", "c": {"d": "e", "f": "g"}}, {"a": "z", "c": {"f": None}}) == {
+        "a": "z",
+        "c": {"d": "e"},
+    }
     assert apply_merge_patch({"a": [1, 2]}, {"a": [3]}) == {"a": [3]}
     assert apply_merge_patch({"a": 1}, {"b": {"c": None}}) == {"a": 1, "b": {}}
 
 
 def test_json_patch_ops_and_failures() -> None:
     doc = {"a": {"b": [1, 2]}}
-    out = apply_json_patch(doc, [{"op": "add", "path": "/a/b/1", "value": 9}, {"op": "move", "from": "/a/b", "path": "/c"}, {"op": "test", "path": "/c/0", "value": 1}])
+    out = apply_json_patch(
+        doc,
+        [
+            {"op": "add", "path": "/a/b/1", "value": 9},
+            {"op": "move", "from": "/a/b", "path": "/c"},
+            {"op": "test", "path": "/c/0", "value": 1},
+        ],
+    )
     assert out == {"a": {}, "c": [1, 9, 2]} and doc == {"a": {"b": [1, 2]}}
     with pytest.raises(PatchFailed):
         apply_json_patch(doc, [{"op": "replace", "path": "/nope", "value": 1}])
@@ -78,11 +101,32 @@ def test_json_patch_ops_and_failures() -> None:
 
 
 def test_smp_containers_env_ports_mounts() -> None:
-    pod = {"spec": {"containers": [
-        {"name": "a", "env": [{"name": "X", "value": "1"}], "ports": [{"containerPort": 80}], "volumeMounts": [{"name": "v", "mountPath": "/m"}]},
-        {"name": "b"},
-    ]}}
-    patch = {"spec": {"containers": [{"name": "a", "env": [{"name": "X", "value": "2"}, {"name": "Y", "value": "3"}], "ports": [{"containerPort": 81}], "volumeMounts": [{"name": "w", "mountPath": "/n"}]}, {"name": "c"}]}}
+    pod = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "a",
+                    "env": [{"name": "X", "value": "1"}],
+                    "ports": [{"containerPort": 80}],
+                    "volumeMounts": [{"name": "v", "mountPath": "/m"}],
+                },
+                {"name": "b"},
+            ]
+        }
+    }
+    patch = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "a",
+                    "env": [{"name": "X", "value": "2"}, {"name": "Y", "value": "3"}],
+                    "ports": [{"containerPort": 81}],
+                    "volumeMounts": [{"name": "w", "mountPath": "/n"}],
+                },
+                {"name": "c"},
+            ]
+        }
+    }
     out = apply_strategic_merge_patch(pod, patch, POD_RULES)
     a = out["spec"]["containers"][0]
     assert [c["name"] for c in out["spec"]["containers"]] == ["a", "b", "c"]
@@ -92,14 +136,30 @@ def test_smp_containers_env_ports_mounts() -> None:
 
 
 def test_smp_directives() -> None:
-    pod = {"spec": {"containers": [{"name": "a"}, {"name": "b"}], "tolerations": [{"key": "x"}], "volumes": [{"name": "v", "emptyDir": {}}]}}
-    assert apply_strategic_merge_patch(pod, {"spec": {"containers": [{"name": "a", "$patch": "delete"}]}}, POD_RULES)["spec"]["containers"] == [{"name": "b"}]
-    assert apply_strategic_merge_patch(pod, {"spec": {"tolerations": [{"key": "y"}]}}, POD_RULES)["spec"]["tolerations"] == [{"key": "y"}]
+    pod = {
+        "spec": {
+            "containers": [{"name": "a"}, {"name": "b"}],
+            "tolerations": [{"key": "x"}],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+        }
+    }
+    assert apply_strategic_merge_patch(pod, {"spec": {"containers": [{"name": "a", "$patch": "delete"}]}}, POD_RULES)[
+        "spec"
+    ]["containers"] == [{"name": "b"}]
+    assert apply_strategic_merge_patch(pod, {"spec": {"tolerations": [{"key": "y"}]}}, POD_RULES)["spec"][
+        "tolerations"
+    ] == [{"key": "y"}]
     out = apply_strategic_merge_patch(pod, {"spec": {"containers": [{"name": "z"}, {"$patch": "replace"}]}}, POD_RULES)
     assert out["spec"]["containers"] == [{"name": "z"}]
-    out = apply_strategic_merge_patch(pod, {"spec": {"$setElementOrder/containers": [{"name": "b"}, {"name": "a"}]}}, POD_RULES)
+    out = apply_strategic_merge_patch(
+        pod, {"spec": {"$setElementOrder/containers": [{"name": "b"}, {"name": "a"}]}}, POD_RULES
+    )
     assert [c["name"] for c in out["spec"]["containers"]] == ["b", "a"]
-    out = apply_strategic_merge_patch(pod, {"spec": {"volumes": [{"name": "v", "secret": {"secretName": "s"}, "$retainKeys": ["name", "secret"]}]}}, POD_RULES)
+    out = apply_strategic_merge_patch(
+        pod,
+        {"spec": {"volumes": [{"name": "v", "secret": {"secretName": "s"}, "$retainKeys": ["name", "secret"]}]}},
+        POD_RULES,
+    )
     assert out["spec"]["volumes"] == [{"name": "v", "secret": {"secretName": "s"}}]
     with pytest.raises(PatchError):
         apply_strategic_merge_patch(pod, {"spec": {"containers": [{"image": "no-name"}]}}, POD_RULES)
@@ -110,8 +170,13 @@ def test_smp_directives() -> None:
 def test_smp_finalizer_set() -> None:
     rules = smp_rules_for("ConfigMap")
     cm = {"metadata": {"finalizers": ["a"]}}
-    assert apply_strategic_merge_patch(cm, {"metadata": {"finalizers": ["b", "a"]}}, rules)["metadata"]["finalizers"] == ["a", "b"]
-    assert apply_strategic_merge_patch(cm, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}, rules)["metadata"] == {}
+    assert apply_strategic_merge_patch(cm, {"metadata": {"finalizers": ["b", "a"]}}, rules)["metadata"][
+        "finalizers"
+    ] == ["a", "b"]
+    assert (
+        apply_strategic_merge_patch(cm, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}, rules)["metadata"]
+        == {}
+    )
 
 
 SCHEMA = {
@@ -122,7 +187,13 @@ SCHEMA = {
             "required": ["image"],
             "properties": {
                 "image": {"type": "string", "maxLength": 5},
-                "ports": {"type": "array", "items": {"type": "object", "properties": {"p": {"type": "integer"}, "protocol": {"type": "string", "default": "TCP"}}}},
+                "ports": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"p": {"type": "integer"}, "protocol": {"type": "string", "default": "TCP"}},
+                    },
+                },
                 "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
                 "map": {"type": "object", "additionalProperties": {"type": "integer"}},
                 "opt": {"type": "object", "properties": {"x": {"type": "string", "default": "d"}}},
@@ -133,7 +204,13 @@ SCHEMA = {
 
 
 def test_schema_prune_default_validate() -> None:
-    body = {"apiVersion": "g/v1", "kind": "K", "metadata": {"name": "n"}, "spec": {"image": "abc", "junk": 1, "ports": [{"p": 1, "zz": 2}], "free": {"any": [1]}, "map": {"a": 1}}, "top": 1}
+    body = {
+        "apiVersion": "g/v1",
+        "kind": "K",
+        "metadata": {"name": "n"},
+        "spec": {"image": "abc", "junk": 1, "ports": [{"p": 1, "zz": 2}], "free": {"any": [1]}, "map": {"a": 1}},
+        "top": 1,
+    }
     out, pruned, causes = process_custom_object(body, SCHEMA)
     assert sorted(pruned) == ["spec.junk", "spec.ports[0].zz", "top"]
     assert out["spec"]["ports"] == [{"p": 1, "protocol": "TCP"}]
@@ -146,8 +223,28 @@ def test_schema_prune_default_validate() -> None:
 
 
 def test_generation_rules() -> None:
-    widget = types_from_crd({"metadata": {"name": "ws.g"}, "spec": {"group": "g", "names": {"kind": "W", "plural": "ws"}, "scope": "Namespaced", "versions": [{"name": "v1", "subresources": {"status": {}}}]}})[0]
-    gadget = types_from_crd({"metadata": {"name": "gs.g"}, "spec": {"group": "g", "names": {"kind": "G", "plural": "gs"}, "scope": "Namespaced", "versions": [{"name": "v1"}]}})[0]
+    widget = types_from_crd(
+        {
+            "metadata": {"name": "ws.g"},
+            "spec": {
+                "group": "g",
+                "names": {"kind": "W", "plural": "ws"},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1", "subresources": {"status": {}}}],
+            },
+        }
+    )[0]
+    gadget = types_from_crd(
+        {
+            "metadata": {"name": "gs.g"},
+            "spec": {
+                "group": "g",
+                "names": {"kind": "G", "plural": "gs"},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1"}],
+            },
+        }
+    )[0]
     old = {"metadata": {"labels": {}}, "spec": {"a": 1}, "status": {"s": 1}}
     assert not _spec_changed(widget, old, {**old, "metadata": {"labels": {"x": "y"}}})
     assert not _spec_changed(widget, old, {**old, "status": {"s": 2}})
@@ -158,7 +255,16 @@ def test_generation_rules() -> None:
     assert not _spec_changed(pod, old, {**old, "status": {"s": 2}})
 
 
-@pytest.mark.parametrize(("image", "policy"), [("busybox", "Always"), ("busybox:latest", "Always"), ("busybox:1.36", "IfNotPresent"), ("localhost:5000/x", "Always"), ("x@sha256:abc", "IfNotPresent")])
+@pytest.mark.parametrize(
+    ("image", "policy"),
+    [
+        ("busybox", "Always"),
+        ("busybox:latest", "Always"),
+        ("busybox:1.36", "IfNotPresent"),
+        ("localhost:5000/x", "Always"),
+        ("x@sha256:abc", "IfNotPresent"),
+    ],
+)
 def test_image_pull_policy(image: str, policy: str) -> None:
     assert admission.image_pull_policy(image) == policy
 
@@ -199,7 +305,7 @@ def test_human_duration_and_jsonpath() -> None:
 
 
 def test_protobuf_envelope_errors() -> None:
-    from services.apiserver.protobuf import ProtobufError, decode_object
+    from services.embedded.apiserver.protobuf import ProtobufError, decode_object
 
     with pytest.raises(ProtobufError, match="envelope"):
         decode_object(b"{}")
@@ -220,12 +326,25 @@ def test_schema_null_and_embedded_resources() -> None:
                 "properties": {
                     "n": {"type": "integer", "default": 3},
                     "maybe": {"type": "string", "nullable": True},
-                    "tmpl": {"type": "object", "x-kubernetes-embedded-resource": True, "properties": {"spec": {"type": "object"}}},
+                    "tmpl": {
+                        "type": "object",
+                        "x-kubernetes-embedded-resource": True,
+                        "properties": {"spec": {"type": "object"}},
+                    },
                 },
             }
         },
     }
-    out, pruned, causes = process_custom_object({"spec": {"n": None, "maybe": None, "tmpl": {"apiVersion": "v1", "kind": "Pod", "metadata": {"a": 1}, "spec": {}, "x": 1}}}, schema)
+    out, pruned, causes = process_custom_object(
+        {
+            "spec": {
+                "n": None,
+                "maybe": None,
+                "tmpl": {"apiVersion": "v1", "kind": "Pod", "metadata": {"a": 1}, "spec": {}, "x": 1},
+            }
+        },
+        schema,
+    )
     assert out["spec"]["n"] == 3 and out["spec"]["maybe"] is None and causes == []
     assert out["spec"]["tmpl"] == {"apiVersion": "v1", "kind": "Pod", "metadata": {"a": 1}, "spec": {}}
     assert pruned == ["spec.tmpl.x"]
@@ -233,17 +352,31 @@ def test_schema_null_and_embedded_resources() -> None:
 
 @pytest.mark.parametrize(
     ("given", "canonical"),
-    [("1024Mi", "1Gi"), ("1536Mi", "1536Mi"), ("0.5", "500m"), ("1000m", "1"), ("2000", "2k"), ("1500", "1500"), ("129e6", "129e6"),
-     ("128974848", "128974848"), ("0.5Ki", "512"), ("1000M", "1G"), ("0", "0"), ("0.1n", "1n"), (4, "4")],
+    [
+        ("1024Mi", "1Gi"),
+        ("1536Mi", "1536Mi"),
+        ("0.5", "500m"),
+        ("1000m", "1"),
+        ("2000", "2k"),
+        ("1500", "1500"),
+        ("129e6", "129e6"),
+        ("128974848", "128974848"),
+        ("0.5Ki", "512"),
+        ("1000M", "1G"),
+        ("0", "0"),
+        ("0.1n", "1n"),
+        (4, "4"),
+    ],
 )
 def test_quantity_canonical_form(given, canonical: str) -> None:
-    from services.apiserver.quantity import canonical as canon
+    from services.embedded.apiserver.quantity import canonical as canon
 
     assert canon(given) == canonical
 
 
 def test_quantity_rejects_garbage() -> None:
-    from services.apiserver.quantity import QuantityError, canonical as canon
+    from services.embedded.apiserver.quantity import QuantityError
+    from services.embedded.apiserver.quantity import canonical as canon
 
     for bad in ("lots", "1Xi", ".", ""):
         with pytest.raises(QuantityError):

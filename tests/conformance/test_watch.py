@@ -27,7 +27,11 @@ async def test_watch_without_rv_sends_added_then_live(http: Http, namespace: str
                 events.append(json.loads(line))
             await http.patch(widgets(namespace, "a"), {"spec": {"replicas": 3}})
             events.append(json.loads(await resp.content.readline()))
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a")]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("MODIFIED", "a"),
+    ]
     assert events[0]["object"]["kind"] == "Widget"
 
 
@@ -39,7 +43,11 @@ async def test_watch_from_list_rv_sees_only_later_changes(http: Http, namespace:
     await http.create(widgets(namespace), widget("y"))
     await http.delete(widgets(namespace, "x"))
     events = await watch_lines(http, widgets(namespace), {"resourceVersion": rv}, 3)
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("MODIFIED", "x"), ("ADDED", "y"), ("DELETED", "x")]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("MODIFIED", "x"),
+        ("ADDED", "y"),
+        ("DELETED", "x"),
+    ]
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
     assert rvs == sorted(rvs) and rvs[0] > int(rv)
 
@@ -60,7 +68,12 @@ async def test_deleted_event_carries_deletion_rv(http: Http, namespace: str) -> 
     assert int(deleted["object"]["metadata"]["resourceVersion"]) > int(obj["metadata"]["resourceVersion"])
     # Resuming from the DELETED event's RV replays nothing.
     with anyio.move_on_after(1.5):
-        after = await watch_lines(http, widgets(namespace), {"resourceVersion": deleted["object"]["metadata"]["resourceVersion"], "timeoutSeconds": "1"}, 1)
+        after = await watch_lines(
+            http,
+            widgets(namespace),
+            {"resourceVersion": deleted["object"]["metadata"]["resourceVersion"], "timeoutSeconds": "1"},
+            1,
+        )
         assert after == []
 
 
@@ -88,14 +101,21 @@ async def test_label_selector_watch_sees_transitions(http: Http, namespace: str)
     await http.patch(widgets(namespace, "l"), {"metadata": {"labels": {"team": "b"}}})
     events = await watch_lines(http, widgets(namespace), {"resourceVersion": rv, "labelSelector": "team=a"}, 3)
     assert [e["type"] for e in events] == ["ADDED", "MODIFIED", "DELETED"]
-    assert int(events[2]["object"]["metadata"]["resourceVersion"]) > int(events[1]["object"]["metadata"]["resourceVersion"])
+    assert int(events[2]["object"]["metadata"]["resourceVersion"]) > int(
+        events[1]["object"]["metadata"]["resourceVersion"]
+    )
 
 
 async def test_field_selector_watch_by_name(http: Http, namespace: str) -> None:
     _, listed = await http.get(widgets(namespace))
     await http.create(widgets(namespace), widget("other"))
     await http.create(widgets(namespace), widget("mine"))
-    events = await watch_lines(http, widgets(namespace), {"resourceVersion": listed["metadata"]["resourceVersion"], "fieldSelector": "metadata.name=mine"}, 1)
+    events = await watch_lines(
+        http,
+        widgets(namespace),
+        {"resourceVersion": listed["metadata"]["resourceVersion"], "fieldSelector": "metadata.name=mine"},
+        1,
+    )
     assert events[0]["object"]["metadata"]["name"] == "mine"
 
 
@@ -121,7 +141,13 @@ async def test_client_watch_raises_410(kube_client, http: Http, namespace: str, 
         async with watch.Watch() as w:
             with pytest.raises(ApiException) as exc:
                 async for _ in w.stream(
-                    api.list_namespaced_custom_object, GROUP, "v1", namespace, "widgets", resource_version=obj["metadata"]["resourceVersion"], timeout_seconds=5
+                    api.list_namespaced_custom_object,
+                    GROUP,
+                    "v1",
+                    namespace,
+                    "widgets",
+                    resource_version=obj["metadata"]["resourceVersion"],
+                    timeout_seconds=5,
                 ):
                     pass
     assert exc.value.status == 410
@@ -138,10 +164,16 @@ async def test_watch_from_future_rv_times_out(http: Http, namespace: str) -> Non
 async def test_bookmarks_only_when_allowed(http: Http, namespace: str) -> None:
     _, listed = await http.get(widgets(namespace))
     rv = listed["metadata"]["resourceVersion"]
-    events = await watch_lines(http, widgets(namespace), {"resourceVersion": rv, "allowWatchBookmarks": "True", "timeoutSeconds": "1"}, 5)
+    events = await watch_lines(
+        http, widgets(namespace), {"resourceVersion": rv, "allowWatchBookmarks": "True", "timeoutSeconds": "1"}, 5
+    )
     assert [e["type"] for e in events] == ["BOOKMARK"]
     bm = events[0]["object"]
-    assert bm == {"kind": "Widget", "apiVersion": f"{GROUP}/v1", "metadata": {"resourceVersion": bm["metadata"]["resourceVersion"]}}
+    assert bm == {
+        "kind": "Widget",
+        "apiVersion": f"{GROUP}/v1",
+        "metadata": {"resourceVersion": bm["metadata"]["resourceVersion"]},
+    }
     assert int(bm["metadata"]["resourceVersion"]) >= int(rv)
     events = await watch_lines(http, widgets(namespace), {"resourceVersion": rv, "timeoutSeconds": "1"}, 5)
     assert events == []
@@ -153,7 +185,16 @@ async def test_periodic_bookmarks(http: Http, namespace: str, kube_api) -> None:
     await control.settings_async(bookmark_interval_seconds=0.2)
     try:
         _, listed = await http.get(widgets(namespace))
-        events = await watch_lines(http, widgets(namespace), {"resourceVersion": listed["metadata"]["resourceVersion"], "allowWatchBookmarks": "true", "timeoutSeconds": "5"}, 3)
+        events = await watch_lines(
+            http,
+            widgets(namespace),
+            {
+                "resourceVersion": listed["metadata"]["resourceVersion"],
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": "5",
+            },
+            3,
+        )
         assert [e["type"] for e in events] == ["BOOKMARK"] * 3
     finally:
         await control.settings_async(bookmark_interval_seconds=before["bookmark_interval_seconds"])
@@ -169,14 +210,23 @@ async def test_client_stream_with_timeout_stops(kube_client, namespace: str) -> 
     assert set(seen) <= {"ADDED"}  # the namespace's kube-root-ca.crt, then the stream ends
 
 
-async def test_client_stream_reconnects_after_cut_without_loss(kube_client, http: Http, namespace: str, kube_api) -> None:
+async def test_client_stream_reconnects_after_cut_without_loss(
+    kube_client, http: Http, namespace: str, kube_api
+) -> None:
     control = kube_api.require_emulator()
     api = client.CustomObjectsApi(kube_client)
     _, listed = await http.get(widgets(namespace))
     names: list[str] = []
     with anyio.fail_after(15):
         async with watch.Watch() as w:
-            stream = w.stream(api.list_namespaced_custom_object, GROUP, "v1", namespace, "widgets", resource_version=listed["metadata"]["resourceVersion"])
+            stream = w.stream(
+                api.list_namespaced_custom_object,
+                GROUP,
+                "v1",
+                namespace,
+                "widgets",
+                resource_version=listed["metadata"]["resourceVersion"],
+            )
             await http.create(widgets(namespace), widget("r1"))
             ev = await stream.__anext__()
             names.append(ev["object"]["metadata"]["name"])
@@ -219,7 +269,9 @@ async def test_many_watchers_identical_and_slow_reader_does_not_block(http: Http
     _, listed = await http.get(widgets(namespace))
     rv = listed["metadata"]["resourceVersion"]
     # One watcher that never reads.
-    async with http.session.get(http.base + widgets(namespace), params={"watch": "true", "resourceVersion": rv}) as idle:
+    async with http.session.get(
+        http.base + widgets(namespace), params={"watch": "true", "resourceVersion": rv}
+    ) as idle:
         assert idle.status == 200
         with anyio.fail_after(10):
             for i in range(20):

@@ -3,7 +3,7 @@
 It serves the auth chain (registration token, runner-registration) like GHES, then answers each
 other request from a per-route script of steps (status, body, headers, delay, or "drop the
 connection"), falling back to a default answer. Every request is recorded. The stateful
-behaviour lives in the simulator (services/actions_sim); this server exists to pin transport
+behaviour lives in the simulator (services/embedded/actions_sim); this server exists to pin transport
 behaviour (retry counts, waits, deadlines, TLS, proxies) exactly.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from services.actions_sim.runner_agent import run_runner
+from services.embedded.actions_sim.runner_agent import run_runner
 from shared.actions import (
     DEFAULT_RUNNER_GROUP_ID,
     JobAssigned,

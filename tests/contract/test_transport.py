@@ -313,7 +313,7 @@ async def test_invalid_max_capacity_is_rejected_before_sending(scripted: Scripte
 
 def _tls_material(tmp_path) -> tuple[bytes, ssl.SSLContext]:
     """A CA and a leaf for 127.0.0.1; returns (CA PEM, server SSL context)."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "runnerscale test CA")])
     ca = (

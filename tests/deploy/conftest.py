@@ -84,7 +84,12 @@ def kubectl(*args: str, kubeconfig: Path, timeout: float = 60) -> subprocess.Com
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
     env["HOME"] = str(kubeconfig.parent)  # no ~/.kube cache or config of the developer
     return subprocess.run(
-        [KUBECTL, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+        [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
     )
 
 
@@ -173,7 +178,11 @@ def _discovery(path: str) -> dict[str, Any] | None:
     if path == "/version":
         return {"major": "1", "minor": "34", "gitVersion": "v1.34.0-stub", "platform": "linux/amd64"}
     if path == "/api":
-        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
+        }
     groups: dict[str, list[str]] = {}
     for g, v, *_ in STUB_RESOURCES:
         if g and v not in groups.setdefault(g, []):
@@ -183,7 +192,11 @@ def _discovery(path: str) -> dict[str, Any] | None:
             "kind": "APIGroupList",
             "apiVersion": "v1",
             "groups": [
-                {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs], "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
+                {
+                    "name": g,
+                    "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                    "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
+                }
                 for g, vs in groups.items()
             ],
         }
@@ -218,7 +231,7 @@ class _StubHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         self.server.requests.append(("GET", path))  # type: ignore[attr-defined]
         body = _discovery(path)
@@ -227,11 +240,31 @@ class _StubHandler(BaseHTTPRequestHandler):
             return
         # Every object is absent: `apply` then takes the create path (and, with --dry-run=client,
         # sends nothing).
-        self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": f"{path} not found", "reason": "NotFound", "code": 404})
+        self._send(
+            404,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": f"{path} not found",
+                "reason": "NotFound",
+                "code": 404,
+            },
+        )
 
     def _refuse(self) -> None:
         self.server.requests.append((self.command, self.path))  # type: ignore[attr-defined]
-        self._send(405, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "stub is read-only", "reason": "MethodNotAllowed", "code": 405})
+        self._send(
+            405,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": "stub is read-only",
+                "reason": "MethodNotAllowed",
+                "code": 405,
+            },
+        )
 
     do_POST = do_PUT = do_PATCH = do_DELETE = _refuse
 

@@ -37,9 +37,37 @@ def exported_series() -> dict[str, str]:
 
 
 PROMQL_WORDS = {
-    "sum", "min", "max", "avg", "count", "rate", "irate", "increase", "histogram_quantile", "by", "without",
-    "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "offset", "bool", "topk", "bottomk",
-    "label_values", "clamp_min", "clamp_max", "abs", "delta", "deriv", "time", "vector", "scalar",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "count",
+    "rate",
+    "irate",
+    "increase",
+    "histogram_quantile",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "bool",
+    "topk",
+    "bottomk",
+    "label_values",
+    "clamp_min",
+    "clamp_max",
+    "abs",
+    "delta",
+    "deriv",
+    "time",
+    "vector",
+    "scalar",
 }
 
 
@@ -53,7 +81,7 @@ def metric_names(expr: str) -> set[str]:
     names = set()
     for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", text):
         word = m.group(0)
-        if word in PROMQL_WORDS or re.match(r"\s*\(", text[m.end():]) or word.startswith("$"):
+        if word in PROMQL_WORDS or re.match(r"\s*\(", text[m.end() :]) or word.startswith("$"):
             continue
         if m.start() > 0 and text[m.start() - 1] == "$":
             continue  # a Grafana variable ($__rate_interval, $namespace)
@@ -69,17 +97,26 @@ def dashboard_exprs() -> list[str]:
 
 
 def test_metric_name_extraction() -> None:
-    assert metric_names('histogram_quantile(0.9, sum by (le, name) (rate(gha_job_startup_duration_seconds_bucket{namespace=~"$namespace"}[$__rate_interval])))') == {
-        "gha_job_startup_duration_seconds_bucket"
-    }
+    assert metric_names(
+        'histogram_quantile(0.9, sum by (le, name) (rate(gha_job_startup_duration_seconds_bucket{namespace=~"$namespace"}[$__rate_interval])))'
+    ) == {"gha_job_startup_duration_seconds_bucket"}
     # label_values' second argument is a label, dropped by the caller
-    assert metric_names("label_values(gha_desired_runners{namespace=~\"$namespace\"}, name)") == {"gha_desired_runners", "name"}
+    assert metric_names('label_values(gha_desired_runners{namespace=~"$namespace"}, name)') == {
+        "gha_desired_runners",
+        "name",
+    }
 
 
 def test_code_exports_the_arc_names() -> None:
     series = exported_series()
-    for name in ("gha_desired_runners", "gha_started_jobs_total", "gha_job_startup_duration_seconds_bucket", "controller_runtime_reconcile_errors_total",
-                 "runnerscale_bus_rejected_messages_total", "gha_controller_running_listeners"):
+    for name in (
+        "gha_desired_runners",
+        "gha_started_jobs_total",
+        "gha_job_startup_duration_seconds_bucket",
+        "controller_runtime_reconcile_errors_total",
+        "runnerscale_bus_rejected_messages_total",
+        "gha_controller_running_listeners",
+    ):
         assert name in series
 
 
@@ -97,20 +134,28 @@ def test_dashboard_covers_the_operator_questions() -> None:
     queried = set().union(*(metric_names(e) for e in dashboard_exprs()))
     required = {
         # desired vs registered vs busy runners per scale set
-        "gha_desired_runners", "gha_registered_runners", "gha_busy_runners",
+        "gha_desired_runners",
+        "gha_registered_runners",
+        "gha_busy_runners",
         # assigned / running jobs
-        "gha_assigned_jobs", "gha_running_jobs",
+        "gha_assigned_jobs",
+        "gha_running_jobs",
         # job startup / queue duration quantiles
-        "gha_job_startup_duration_seconds_bucket", "gha_job_queue_duration_seconds_bucket",
+        "gha_job_startup_duration_seconds_bucket",
+        "gha_job_queue_duration_seconds_bucket",
         # reconcile errors
         "controller_runtime_reconcile_errors_total",
         # bus rejected messages
         "runnerscale_bus_rejected_messages_total",
         # listener health
-        "gha_controller_running_listeners", "runnerscale_listener_leader",
+        "gha_controller_running_listeners",
+        "runnerscale_listener_leader",
     }
     assert required <= queried, required - queried
-    assert any(e.startswith("histogram_quantile(") and "gha_job_startup_duration_seconds_bucket" in e for e in dashboard_exprs())
+    assert any(
+        e.startswith("histogram_quantile(") and "gha_job_startup_duration_seconds_bucket" in e
+        for e in dashboard_exprs()
+    )
 
 
 def test_dashboard_is_importable() -> None:

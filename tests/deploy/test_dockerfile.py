@@ -11,7 +11,11 @@ import tomllib
 from tests.deploy.conftest import DEPLOY, INSTALL_DIRS, ROOT, load_docs
 
 DOCKERFILE = (DEPLOY / "Dockerfile").read_text()
-INSTRUCTIONS = [line.strip() for line in re.sub(r"\\\n", " ", DOCKERFILE).splitlines() if line.strip() and not line.lstrip().startswith("#")]
+INSTRUCTIONS = [
+    line.strip()
+    for line in re.sub(r"\\\n", " ", DOCKERFILE).splitlines()
+    if line.strip() and not line.lstrip().startswith("#")
+]
 
 
 def _all(keyword: str) -> list[str]:
@@ -46,5 +50,9 @@ def test_build_context_has_what_pip_needs() -> None:
         assert (ROOT / path).exists(), path
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     assert {p.rstrip("*") for p in packages} <= copied
-    ignore = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    ignore = [
+        line.strip()
+        for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert ignore[0] == "**" and {"!pyproject.toml", "!shared/**", "!services/**"} <= set(ignore)

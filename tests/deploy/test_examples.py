@@ -25,7 +25,11 @@ def test_runner_set_is_valid(doc: Doc) -> None:
 def test_both_credential_kinds_and_dind_are_shown() -> None:
     kinds = {type(credentials_from_secret(d.obj["stringData"])) for d in load_docs(EXAMPLES) if d.kind == "Secret"}
     assert kinds == {PersonalAccessToken, AppCredentials}
-    dind = [d for d in RUNNER_SETS if any(c["name"] == "dind" for c in d.obj["spec"]["template"]["spec"].get("initContainers", []))]
+    dind = [
+        d
+        for d in RUNNER_SETS
+        if any(c["name"] == "dind" for c in d.obj["spec"]["template"]["spec"].get("initContainers", []))
+    ]
     assert dind and dind[0].obj["spec"]["githubConfigSecret"] == "github-app-secret"
     names = {d.namespace for d in load_docs(EXAMPLES) if d.kind != "Namespace"}
     assert names == {find(load_docs(EXAMPLES), "Namespace", "arc-runners").name}

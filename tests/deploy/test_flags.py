@@ -36,12 +36,16 @@ def container_env(container: dict[str, Any], pod_name: str) -> dict[str, str]:
             continue
         source = item["valueFrom"]
         if "fieldRef" in source:
-            env[item["name"]] = {"metadata.name": pod_name, "metadata.namespace": NAMESPACE}[source["fieldRef"]["fieldPath"]]
+            env[item["name"]] = {"metadata.name": pod_name, "metadata.namespace": NAMESPACE}[
+                source["fieldRef"]["fieldPath"]
+            ]
         elif "secretKeyRef" in source:
             ref = source["secretKeyRef"]
             env[item["name"]] = find(docs, "Secret", ref["name"]).obj["stringData"][ref["key"]]
         else:
-            env[item["name"]] = find(docs, "ConfigMap", source["configMapKeyRef"]["name"]).obj["data"][source["configMapKeyRef"]["key"]]
+            env[item["name"]] = find(docs, "ConfigMap", source["configMapKeyRef"]["name"]).obj["data"][
+                source["configMapKeyRef"]["key"]
+            ]
     return env
 
 
@@ -55,7 +59,10 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 
     monkeypatch.setattr(anyio, "run", fake_run)
     for name in list(os.environ):
-        if name.startswith(("RUNNERSCALE_", "CONTROLLER_MANAGER_", "KUBE")) or name in ("POD_NAME", "LISTENER_CONFIG_PATH"):
+        if name.startswith(("RUNNERSCALE_", "CONTROLLER_MANAGER_", "KUBE")) or name in (
+            "POD_NAME",
+            "LISTENER_CONFIG_PATH",
+        ):
             monkeypatch.delenv(name)
     return calls
 
@@ -132,8 +139,8 @@ def test_listener_pods_agree_with_the_workers_on_streams_and_leases(captured, mo
     (tests/bus/test_streams.py, tune_existing=False)."""
     import json
 
-    from services.listener.config import bus_settings, parse_config
     from services.listener_pod import desired as d
+    from shared.listener_config import bus_settings, parse_config
 
     container = deployment_of("listener-pod")["spec"]["template"]["spec"]["containers"][0]
     for name, value in container_env(container, "runnerscale-listener-pod-0").items():
@@ -142,12 +149,22 @@ def test_listener_pods_agree_with_the_workers_on_streams_and_leases(captured, mo
     worker = captured[0][2].bus
     p = d.BusPassThrough.from_bus_settings(worker)
     config = {
-        "configure_url": "https://github.com/octo-org", "github_token": "x", "runner_scale_set_id": 1,
-        "ephemeral_runner_set_namespace": "arc-runners", "ephemeral_runner_set_name": "arc-runner-set",
-        "nats": {"servers": list(p.servers), "token": p.token, "request_timeout_seconds": p.request_timeout_seconds,
-                 "publish_deadline_seconds": p.publish_deadline_seconds},
+        "configure_url": "https://github.com/octo-org",
+        "github_token": "x",
+        "runner_scale_set_id": 1,
+        "ephemeral_runner_set_namespace": "arc-runners",
+        "ephemeral_runner_set_name": "arc-runner-set",
+        "nats": {
+            "servers": list(p.servers),
+            "token": p.token,
+            "request_timeout_seconds": p.request_timeout_seconds,
+            "publish_deadline_seconds": p.publish_deadline_seconds,
+        },
         "ha": {"lease_ttl_seconds": p.lease_ttl_seconds},
     }
-    listener = bus_settings(parse_config(json.dumps(config)), environ={"POD_NAME": "listener-0", "LISTENER_CONFIG_PATH": "/etc/gha-listener/config.json"})
+    listener = bus_settings(
+        parse_config(json.dumps(config)),
+        environ={"POD_NAME": "listener-0", "LISTENER_CONFIG_PATH": "/etc/gha-listener/config.json"},
+    )
     assert listener.lease_ttl == worker.lease_ttl
     assert listener.nats_urls == worker.nats_urls and listener.token == worker.token

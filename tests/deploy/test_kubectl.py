@@ -10,9 +10,23 @@ import os
 import pytest
 import yaml
 
-from tests.deploy.conftest import DEPLOY, EXAMPLES, KUBECTL, MANIFESTS, MONITORING, NATS, Doc, kubectl, load_docs, yaml_files
+from tests.deploy.conftest import (
+    DEPLOY,
+    EXAMPLES,
+    KUBECTL,
+    MANIFESTS,
+    MONITORING,
+    NATS,
+    Doc,
+    kubectl,
+    load_docs,
+    yaml_files,
+)
 
-pytestmark = [pytest.mark.kubectl, pytest.mark.skipif(not os.access(KUBECTL, os.X_OK), reason="needs the kubectl binary")]
+pytestmark = [
+    pytest.mark.kubectl,
+    pytest.mark.skipif(not os.access(KUBECTL, os.X_OK), reason="needs the kubectl binary"),
+]
 
 
 def _names(docs: list[Doc]) -> list[str]:
@@ -30,7 +44,16 @@ def test_apply_dry_run_client(directory, discovery_stub) -> None:
     """Client-side dry run: kubectl maps every kind through discovery (stub), fetches each object
     (absent) and reports what it would create; nothing is sent. Schema validation of built-in
     kinds is done offline by test_manifests.py (the stub serves no OpenAPI)."""
-    result = kubectl("apply", "--dry-run=client", "--validate=false", "-f", str(directory), "-o", "name", kubeconfig=discovery_stub.kubeconfig)
+    result = kubectl(
+        "apply",
+        "--dry-run=client",
+        "--validate=false",
+        "-f",
+        str(directory),
+        "-o",
+        "name",
+        kubeconfig=discovery_stub.kubeconfig,
+    )
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.split()) == sorted(_names(load_docs(directory)))
     assert not [r for r in discovery_stub.requests if r[0] != "GET"], "a client dry run must not write"
@@ -60,11 +83,22 @@ def test_examples_apply_to_the_emulator(emulator) -> None:
     for doc in docs:
         if doc.kind != "AutoscalingRunnerSet":
             continue
-        got = kubectl("get", "autoscalingrunnersets.actions.github.com", doc.name, "-n", doc.namespace, "-o", "json", kubeconfig=emulator.kubeconfig)
+        got = kubectl(
+            "get",
+            "autoscalingrunnersets.actions.github.com",
+            doc.name,
+            "-n",
+            doc.namespace,
+            "-o",
+            "json",
+            kubeconfig=emulator.kubeconfig,
+        )
         assert got.returncode == 0, got.stderr
         stored = json.loads(got.stdout)
         assert stored["spec"] == doc.obj["spec"], f"{doc}: the server changed the spec"
-        assert {k: stored["metadata"]["labels"][k] for k in doc.obj["metadata"]["labels"]} == doc.obj["metadata"]["labels"]
+        assert {k: stored["metadata"]["labels"][k] for k in doc.obj["metadata"]["labels"]} == doc.obj["metadata"][
+            "labels"
+        ]
 
     secrets = kubectl("get", "secrets", "-n", "arc-runners", "-o", "json", kubeconfig=emulator.kubeconfig)
     keys = {s["metadata"]["name"]: sorted(s["data"]) for s in json.loads(secrets.stdout)["items"]}

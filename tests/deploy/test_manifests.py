@@ -27,7 +27,9 @@ from tests.deploy.conftest import (
     load_docs,
 )
 
-ALL_YAML = sorted(p for p in DEPLOY.rglob("*") if p.is_file() and (p.suffix in (".yaml", ".yml") or p.name == "Kustomization"))
+ALL_YAML = sorted(
+    p for p in DEPLOY.rglob("*") if p.is_file() and (p.suffix in (".yaml", ".yml") or p.name == "Kustomization")
+)
 INSTALL = INSTALL_DIRS
 
 
@@ -36,7 +38,9 @@ def test_every_yaml_file_parses(path: Path) -> None:
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
     assert docs, f"{path} holds no document"
     for obj in docs:
-        assert isinstance(obj, dict) and obj.get("apiVersion") and obj.get("kind"), f"{path}: not an object: {obj!r:.200}"
+        assert isinstance(obj, dict) and obj.get("apiVersion") and obj.get("kind"), (
+            f"{path}: not an object: {obj!r:.200}"
+        )
         if obj["kind"] != "Kustomization":
             assert obj.get("metadata", {}).get("name"), f"{path}: {obj['kind']} without a name"
 
@@ -59,7 +63,13 @@ MODEL = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "V1RoleBinding",
 }
 _LIST, _DICT = re.compile(r"^list\[(.+)\]$"), re.compile(r"^dict\(str, (.+)\)$")
-_PRIMITIVE = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float), "object": (str, int, dict, list, bool, float)}
+_PRIMITIVE = {
+    "str": (str,),
+    "int": (int,),
+    "bool": (bool,),
+    "float": (int, float),
+    "object": (str, int, dict, list, bool, float),
+}
 
 
 def schema_problems(value: Any, type_name: str, path: str) -> list[str]:
@@ -99,14 +109,23 @@ def test_builtin_objects_have_only_known_fields(doc: Doc) -> None:
 
 
 def test_schema_check_catches_a_typo() -> None:
-    bad = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": {"spec": {"containers": [{"name": "x", "readinessProb": {}}]}}}}
-    assert schema_problems(bad, "V1Deployment", "$") == ["$.spec.template.spec.containers[0].readinessProb: unknown field of V1Container"]
+    bad = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "spec": {"template": {"spec": {"containers": [{"name": "x", "readinessProb": {}}]}}},
+    }
+    assert schema_problems(bad, "V1Deployment", "$") == [
+        "$.spec.template.spec.containers[0].readinessProb: unknown field of V1Container"
+    ]
 
 
 def test_only_known_kinds() -> None:
     kinds = {(d.obj["apiVersion"], d.kind) for d in load_docs(*INSTALL)}
     assert kinds <= set(MODEL), kinds - set(MODEL)
-    assert {(d.obj["apiVersion"], d.kind) for d in load_docs(MONITORING)} == {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PodMonitor")}
+    assert {(d.obj["apiVersion"], d.kind) for d in load_docs(MONITORING)} == {
+        ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PodMonitor"),
+    }
 
 
 def test_everything_namespaced_lives_in_runnerscale_system() -> None:
@@ -118,7 +137,9 @@ def test_everything_namespaced_lives_in_runnerscale_system() -> None:
             assert doc.namespace == NAMESPACE, doc
     namespaces = [d for d in load_docs(*INSTALL) if d.kind == "Namespace"]
     assert {d.name for d in namespaces} == {NAMESPACE}
-    assert len({yaml.safe_dump(d.obj) for d in namespaces}) == 1, "deploy/manifests and deploy/nats must declare the same Namespace"
+    assert len({yaml.safe_dump(d.obj) for d in namespaces}) == 1, (
+        "deploy/manifests and deploy/nats must declare the same Namespace"
+    )
 
 
 # --- references between objects ---------------------------------------------------------------------
@@ -164,19 +185,34 @@ def test_selectors_match() -> None:
     docs = load_docs(*INSTALL)
     workloads = [d for d in docs if d.kind in ("Deployment", "StatefulSet")]
     for doc in workloads:
-        assert _matches(doc.obj["spec"]["selector"]["matchLabels"], doc.obj["spec"]["template"]["metadata"]["labels"]), doc
+        assert _matches(
+            doc.obj["spec"]["selector"]["matchLabels"], doc.obj["spec"]["template"]["metadata"]["labels"]
+        ), doc
     for doc in docs:
         if doc.kind == "Service":
-            selected = [w for w in workloads if _matches(doc.obj["spec"]["selector"], w.obj["spec"]["template"]["metadata"]["labels"])]
+            selected = [
+                w
+                for w in workloads
+                if _matches(doc.obj["spec"]["selector"], w.obj["spec"]["template"]["metadata"]["labels"])
+            ]
             assert selected, f"{doc} selects no pods"
             for port in doc.obj["spec"]["ports"]:
                 for w in selected:
-                    names = {p["name"] for c in w.obj["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+                    names = {
+                        p["name"] for c in w.obj["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])
+                    }
                     assert port["targetPort"] in names, f"{doc} port {port['name']} → {w}"
         if doc.kind == "PodDisruptionBudget":
-            assert any(_matches(doc.obj["spec"]["selector"]["matchLabels"], w.obj["spec"]["template"]["metadata"]["labels"]) for w in workloads), doc
+            assert any(
+                _matches(doc.obj["spec"]["selector"]["matchLabels"], w.obj["spec"]["template"]["metadata"]["labels"])
+                for w in workloads
+            ), doc
     metrics = find(docs, "Service", "runnerscale-metrics").obj
-    selected = {w.name for w in workloads if _matches(metrics["spec"]["selector"], w.obj["spec"]["template"]["metadata"]["labels"])}
+    selected = {
+        w.name
+        for w in workloads
+        if _matches(metrics["spec"]["selector"], w.obj["spec"]["template"]["metadata"]["labels"])
+    }
     assert selected == {f"runnerscale-{w}" for w in WORKERS}
     monitor = find(load_docs(MONITORING), "ServiceMonitor", "runnerscale-workers").obj
     assert _matches(monitor["spec"]["selector"]["matchLabels"], metrics["metadata"]["labels"])
@@ -209,11 +245,19 @@ def test_worker_deployment_conventions(worker: str) -> None:
     (container,) = pod["containers"]
     assert container["args"][0] == worker
     sc = container["securityContext"]
-    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
-    assert {"cpu", "memory"} <= set(container["resources"]["requests"]) and {"cpu", "memory"} <= set(container["resources"]["limits"])
+    assert (
+        sc["readOnlyRootFilesystem"] is True
+        and sc["allowPrivilegeEscalation"] is False
+        and sc["capabilities"]["drop"] == ["ALL"]
+    )
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"]) and {"cpu", "memory"} <= set(
+        container["resources"]["limits"]
+    )
 
     env = {e["name"]: e for e in container["env"]}
-    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"  # replica id (README "Worker runtime")
+    assert (
+        env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    )  # replica id (README "Worker runtime")
 
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     args = dict(a.split("=", 1) for a in container["args"][1:] if a.startswith("--") and "=" in a)
@@ -228,7 +272,12 @@ def test_worker_deployment_conventions(worker: str) -> None:
 
 
 def test_one_image_everywhere() -> None:
-    images = {c["image"] for _, pod in _pod_specs(load_docs(*INSTALL)) for c in pod["containers"] if not c["image"].startswith("nats:")}
+    images = {
+        c["image"]
+        for _, pod in _pod_specs(load_docs(*INSTALL))
+        for c in pod["containers"]
+        if not c["image"].startswith("nats:")
+    }
     config = find(load_docs(MANIFESTS), "ConfigMap", "runnerscale-config").obj["data"]
     assert images == {config["RUNNERSCALE_LISTENER_IMAGE"]}
 

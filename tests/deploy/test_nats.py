@@ -31,11 +31,15 @@ def test_config_is_valid_for_nats_server(tmp_path: Path) -> None:
     conf = tmp_path / "nats.conf"
     conf.write_text(nats_conf())
     env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": "nats-0", "NATS_TOKEN": TOKEN}
-    ok = subprocess.run([nats_server_binary(), "-t", "-c", str(conf)], capture_output=True, text=True, env=env, timeout=30)
+    ok = subprocess.run(
+        [nats_server_binary(), "-t", "-c", str(conf)], capture_output=True, text=True, env=env, timeout=30
+    )
     assert ok.returncode == 0, ok.stderr + ok.stdout
     # The token really comes from the environment (the Secret): without it the config is refused.
     env.pop("NATS_TOKEN")
-    bad = subprocess.run([nats_server_binary(), "-t", "-c", str(conf)], capture_output=True, text=True, env=env, timeout=30)
+    bad = subprocess.run(
+        [nats_server_binary(), "-t", "-c", str(conf)], capture_output=True, text=True, env=env, timeout=30
+    )
     assert bad.returncode != 0 and "NATS_TOKEN" in bad.stderr + bad.stdout
 
 
@@ -47,7 +51,9 @@ def _local_conf(i: int, ports: list[tuple[int, int, int]], tmp: Path) -> str:
     text = text.replace("http: 0.0.0.0:8222", f"http: 127.0.0.1:{http}")
     text = text.replace("listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{cluster}")
     for j, (_, _, route) in enumerate(ports):
-        text = text.replace(f"nats://nats-{j}.nats-headless.{NAMESPACE}.svc.cluster.local:6222", f"nats://127.0.0.1:{route}")
+        text = text.replace(
+            f"nats://nats-{j}.nats-headless.{NAMESPACE}.svc.cluster.local:6222", f"nats://127.0.0.1:{route}"
+        )
     text = text.replace("store_dir: /data", f"store_dir: {tmp / f'data-{i}'}")
     text = text.replace("pid_file: /var/run/nats/nats.pid", f"pid_file: {tmp / f'nats-{i}.pid'}")
     assert "0.0.0.0" not in text and "svc.cluster.local" not in text and "/data\n" not in text
@@ -74,7 +80,14 @@ def nats_cluster(tmp_path: Path) -> Iterator[list[str]]:
             conf = tmp_path / f"nats-{i}.conf"
             conf.write_text(_local_conf(i, ports, tmp_path))
             env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": f"nats-{i}", "NATS_TOKEN": TOKEN}
-            procs.append(subprocess.Popen([nats_server_binary(), "-c", str(conf)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [nats_server_binary(), "-c", str(conf)],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         deadline = time.monotonic() + 20
         for (client, _, _), proc in zip(ports, procs):
             _wait_port(client, proc, deadline)
@@ -118,5 +131,11 @@ def test_bus_setup_job_on_the_deployed_nats_cluster(nats_cluster: list[str]) -> 
     # Idempotent (an upgrade re-runs the Job), and a wrong token is refused.
     again = subprocess.run([RUNNERSCALE, *args], capture_output=True, text=True, env=env, timeout=60)
     assert again.returncode == 0, again.stderr
-    wrong = subprocess.run([RUNNERSCALE, *args], capture_output=True, text=True, env={**env, "RUNNERSCALE_NATS_TOKEN": "wrong", "RUNNERSCALE_NATS_CONNECT_TIMEOUT": "2"}, timeout=60)
+    wrong = subprocess.run(
+        [RUNNERSCALE, *args],
+        capture_output=True,
+        text=True,
+        env={**env, "RUNNERSCALE_NATS_TOKEN": "wrong", "RUNNERSCALE_NATS_CONNECT_TIMEOUT": "2"},
+        timeout=60,
+    )
     assert wrong.returncode != 0 and TOKEN not in wrong.stderr

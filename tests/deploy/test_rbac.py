@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+
 import pytest
 
 from tests.deploy.conftest import MANIFESTS, NAMESPACE, ROOT, WORKERS, Doc, load_docs
@@ -167,7 +168,10 @@ def grants(worker: str) -> dict[str, set[tuple[str, str, str]]]:
     for d in docs:
         if d.kind not in ("RoleBinding", "ClusterRoleBinding"):
             continue
-        if not any(s["kind"] == "ServiceAccount" and s["name"] == f"runnerscale-{worker}" and s["namespace"] == NAMESPACE for s in d.obj["subjects"]):
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == f"runnerscale-{worker}" and s["namespace"] == NAMESPACE
+            for s in d.obj["subjects"]
+        ):
             continue
         ref = d.obj["roleRef"]
         role = roles[(ref["kind"], d.namespace if ref["kind"] == "Role" else "", ref["name"])]
@@ -200,7 +204,9 @@ def test_every_use_is_granted(worker: str) -> None:
     granted = grants(worker)
     missing = []
     for group, resource, verb, scope in USES[worker]:
-        ok = (group, resource, verb) in granted[ANY] or (scope == CONTROLLER and (group, resource, verb) in granted[CONTROLLER])
+        ok = (group, resource, verb) in granted[ANY] or (
+            scope == CONTROLLER and (group, resource, verb) in granted[CONTROLLER]
+        )
         if not ok:
             missing.append((group, resource, verb, scope))
     assert missing == []
@@ -237,10 +243,14 @@ def _source(worker: str) -> str:
 
 def _resource_constants() -> dict[str, tuple[str, str]]:
     """Every Resource constant of shared.kube and shared.worker: name → (group, plural)."""
-    import shared.kube as kube
-    import shared.worker as worker
+    from shared import kube, worker
 
-    return {n: (v.group, v.plural) for m in (kube, worker) for n in dir(m) if n.isupper() and hasattr(v := getattr(m, n), "plural")}
+    return {
+        n: (v.group, v.plural)
+        for m in (kube, worker)
+        for n in dir(m)
+        if n.isupper() and hasattr(v := getattr(m, n), "plural")
+    }
 
 
 def test_resource_table_is_complete() -> None:
@@ -261,8 +271,12 @@ def test_uses_cover_the_code(worker: str) -> None:
     via_runtime = {(CORE, "events"), (CORE, "secrets"), (CORE, "configmaps"), ("coordination.k8s.io", "leases")}
     # the listener-pod worker holds its listener Role's rules without touching those kinds itself
     via_escalation = {(A, "ephemeralrunnersets"), (A, "ephemeralrunners")} if worker == "listener-pod" else set()
-    assert used - mentioned <= via_runtime | via_escalation, f"USES lists resources the code no longer names: {used - mentioned - via_runtime - via_escalation}"
-    assert not re.search(r"\bwriter\.replace\(", source), "a PUT appeared: add the update verb to USES and the manifests"
+    assert used - mentioned <= via_runtime | via_escalation, (
+        f"USES lists resources the code no longer names: {used - mentioned - via_runtime - via_escalation}"
+    )
+    assert not re.search(r"\bwriter\.replace\(", source), (
+        "a PUT appeared: add the update verb to USES and the manifests"
+    )
 
 
 def test_the_runtime_holds_shard_leases_in_kubernetes_by_default() -> None:
@@ -272,7 +286,8 @@ def test_the_runtime_holds_shard_leases_in_kubernetes_by_default() -> None:
 
     assert WorkerSettings().ownership == "kube"
     runtime = (ROOT / "shared" / "worker" / "runtime.py").read_text()
-    leases = (ROOT / "shared" / "kube" / "leases.py").read_text()
+    # whitespace-free, so the formatter's line wrapping does not matter
+    leases = "".join((ROOT / "shared" / "kube" / "leases.py").read_text().split())
     assert "KubeShardOwnership" in runtime
     for call in ("reader.list(LEASES", "writer.create(LEASES", "writer.patch_merge(LEASES", "writer.delete(LEASES"):
         assert call in leases, call

@@ -28,7 +28,9 @@ TOKEN = find(load_docs(NATS), "Secret", "runnerscale-nats-auth").obj["stringData
 
 @pytest.fixture(scope="module")
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = NatsServer(port=_free_port(), store_dir=tmp_path_factory.mktemp("nats") / "js", extra_args=["--auth", TOKEN])
+    server = NatsServer(
+        port=_free_port(), store_dir=tmp_path_factory.mktemp("nats") / "js", extra_args=["--auth", TOKEN]
+    )
     server.start()
     try:
         yield server.url
@@ -53,7 +55,13 @@ def test_worker_runs_as_deployed(worker: str, emulator, nats_url: str, tmp_path)
     env = container_env(container, f"runnerscale-{worker}-5c8d7f9b6-q7w2e")
     # Redirected to local test servers: one nats-server here, where the deployment has a 3-server
     # cluster, so streams cannot have 3 replicas.
-    env.update(RUNNERSCALE_NATS_URL=nats_url, RUNNERSCALE_NATS_STREAM_REPLICAS="1", KUBECONFIG=str(emulator.kubeconfig), PATH=os.environ.get("PATH", ""), HOME=str(tmp_path))
+    env.update(
+        RUNNERSCALE_NATS_URL=nats_url,
+        RUNNERSCALE_NATS_STREAM_REPLICAS="1",
+        KUBECONFIG=str(emulator.kubeconfig),
+        PATH=os.environ.get("PATH", ""),
+        HOME=str(tmp_path),
+    )
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     local = {name: _free_port() for name in ports}
     args = []
@@ -63,13 +71,17 @@ def test_worker_runs_as_deployed(worker: str, emulator, nats_url: str, tmp_path)
         args.append(arg)
     assert args != container["args"]
 
-    proc = subprocess.Popen([RUNNERSCALE, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [RUNNERSCALE, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
     try:
         probe = container["readinessProbe"]["httpGet"]
         ready_url = f"http://127.0.0.1:{local[probe['port']]}{probe['path']}"
         deadline = time.monotonic() + 40
         while (status := _get(ready_url)[0]) != 200:
-            assert proc.poll() is None, f"{worker} exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}"
+            assert proc.poll() is None, (
+                f"{worker} exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}"
+            )
             assert time.monotonic() < deadline, f"{worker} not ready: {ready_url} → {status}"
             time.sleep(0.1)  # polling the readiness endpoint with a deadline, as the kubelet does
 

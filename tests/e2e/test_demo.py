@@ -27,11 +27,17 @@ def _run_demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path):
-    done = _run_demo(tmp_path, "--waves", "3,1", "--job-seconds", "2", "--min-runners", "1", "--max-runners", "4", "--timeout", "150")
+    done = _run_demo(
+        tmp_path, "--waves", "3,1", "--job-seconds", "2", "--min-runners", "1", "--max-runners", "4", "--timeout", "150"
+    )
     out = done.stdout
-    assert done.returncode == 0, f"demo failed\n--- stdout\n{out}\n--- stderr\n{done.stderr[-4000:]}\n--- children\n{_children_log(tmp_path)}"
+    assert done.returncode == 0, (
+        f"demo failed\n--- stdout\n{out}\n--- stderr\n{done.stderr[-4000:]}\n--- children\n{_children_log(tmp_path)}"
+    )
     assert "ok: listener session open" in out
-    assert "ok: scaled up (>= 4 runner(s) for wave 1)" in out or "ok: scaled up (>= 4 runner(s) for wave 1) or done" in out
+    assert (
+        "ok: scaled up (>= 4 runner(s) for wave 1)" in out or "ok: scaled up (>= 4 runner(s) for wave 1) or done" in out
+    )
     assert "ok: scaled back down to minRunners=1" in out
     assert "demo finished: 4 job(s) ran on ephemeral runners" in out
     # The listener's desired state was seen on the bus, and it reached min+jobs capped at max.

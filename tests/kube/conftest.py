@@ -60,8 +60,16 @@ def ers(namespace: str, name: str, replicas: int = 1, **meta: Any) -> EphemeralR
 def pod(namespace: str, name: str, owner: Any = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
     if owner is not None:
-        ref = OwnerReference(api_version=owner.api_version, kind=owner.KIND, name=owner.metadata.name, uid=owner.metadata.uid, controller=True)
-        meta["ownerReferences"] = [{"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid, "controller": True}]
+        ref = OwnerReference(
+            api_version=owner.api_version,
+            kind=owner.KIND,
+            name=owner.metadata.name,
+            uid=owner.metadata.uid,
+            controller=True,
+        )
+        meta["ownerReferences"] = [
+            {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid, "controller": True}
+        ]
     return {"metadata": meta, "spec": {"containers": [{"name": "runner", "image": "busybox"}]}}
 
 

@@ -34,7 +34,9 @@ def sample(registry: CollectorRegistry, metric: str, /, **labels: str) -> float:
     return registry.get_sample_value(metric, labels) or 0.0
 
 
-async def test_reconciles_primaries_and_owner_of_changed_children(kube: KubeClient, writer: ApiWriter, namespace: str) -> None:
+async def test_reconciles_primaries_and_owner_of_changed_children(
+    kube: KubeClient, writer: ApiWriter, namespace: str
+) -> None:
     registry = CollectorRegistry()
     seen: Counter[str] = Counter()
 
@@ -43,7 +45,9 @@ async def test_reconciles_primaries_and_owner_of_changed_children(kube: KubeClie
 
     sets = Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace)
     pods = Informer(kube, PODS, namespace=namespace)
-    controller = Controller("ers-test", reconcile, [For(sets), Owns(pods, "EphemeralRunnerSet")], workers=2, registry=registry)
+    controller = Controller(
+        "ers-test", reconcile, [For(sets), Owns(pods, "EphemeralRunnerSet")], workers=2, registry=registry
+    )
     created = [await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, name)) for name in ("a", "b")]
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
@@ -67,7 +71,9 @@ async def test_reconciles_primaries_and_owner_of_changed_children(kube: KubeClie
     assert sample(registry, "workqueue_depth", controller="ers-test", name="ers-test") == 0
 
 
-async def test_failures_are_logged_retried_with_backoff_and_do_not_stop_the_loop(kube: KubeClient, writer: ApiWriter, namespace: str) -> None:
+async def test_failures_are_logged_retried_with_backoff_and_do_not_stop_the_loop(
+    kube: KubeClient, writer: ApiWriter, namespace: str
+) -> None:
     registry = CollectorRegistry()
     attempts: Counter[str] = Counter()
     done = anyio.Event()
@@ -84,7 +90,13 @@ async def test_failures_are_logged_retried_with_backoff_and_do_not_stop_the_loop
 
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "flaky"))
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "poll"))
-    controller = Controller("retry-test", reconcile, [For(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))], registry=registry, base_delay=0.01)
+    controller = Controller(
+        "retry-test",
+        reconcile,
+        [For(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))],
+        registry=registry,
+        base_delay=0.01,
+    )
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:
             tg.start_soon(controller.run)
@@ -112,7 +124,9 @@ async def test_wakeups_sharding_and_no_concurrent_reconcile_per_key() -> None:
         reconciled[str(key)] += 1
         in_flight[str(key)] -= 1
 
-    controller = Controller("wake-test", reconcile, [WakeUps(receive)], workers=4, owns=lambda key: key.name != "theirs", registry=registry)
+    controller = Controller(
+        "wake-test", reconcile, [WakeUps(receive)], workers=4, owns=lambda key: key.name != "theirs", registry=registry
+    )
     with receive, anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(controller.run)
@@ -122,7 +136,9 @@ async def test_wakeups_sharding_and_no_concurrent_reconcile_per_key() -> None:
                     await send.send(ObjectKey("ns", "theirs"))
                 await send.send("not/a/key")  # malformed: logged and ignored
                 await send.send("ns/last")
-            await eventually(lambda: reconciled["ns/last"] == 1 and in_flight["ns/hot"] == 0 and len(controller.queue) == 0)
+            await eventually(
+                lambda: reconciled["ns/last"] == 1 and in_flight["ns/hot"] == 0 and len(controller.queue) == 0
+            )
             controller.stop()
     assert overlaps == 0
     assert 1 <= reconciled["ns/hot"] <= 30  # de-duplicated while queued, never concurrent
@@ -130,7 +146,9 @@ async def test_wakeups_sharding_and_no_concurrent_reconcile_per_key() -> None:
     assert sample(registry, "runnerscale_controller_skipped_total", controller="wake-test") == 30
 
 
-async def test_cancelling_the_task_group_cancels_an_in_flight_reconcile_cleanly(kube: KubeClient, writer: ApiWriter, namespace: str) -> None:
+async def test_cancelling_the_task_group_cancels_an_in_flight_reconcile_cleanly(
+    kube: KubeClient, writer: ApiWriter, namespace: str
+) -> None:
     started, cleaned_up = anyio.Event(), anyio.Event()
 
     async def reconcile(key: ObjectKey) -> None:
@@ -164,7 +182,12 @@ async def test_stop_lets_the_in_flight_reconcile_finish(kube: KubeClient, writer
         finished.append(key.name)
 
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "slow"))
-    controller = Controller("stop-test", reconcile, [For(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))], registry=CollectorRegistry())
+    controller = Controller(
+        "stop-test",
+        reconcile,
+        [For(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))],
+        registry=CollectorRegistry(),
+    )
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(controller.run)
@@ -203,7 +226,9 @@ async def test_shared_informer_run_by_the_caller(kube: KubeClient, writer: ApiWr
     assert informer.watches >= 1 and informer.relists == 1  # run once, by the caller
 
 
-async def test_throttled_reconcile_waits_for_retry_after_and_resync_reoffers_keys(kube: KubeClient, writer: ApiWriter, namespace: str) -> None:
+async def test_throttled_reconcile_waits_for_retry_after_and_resync_reoffers_keys(
+    kube: KubeClient, writer: ApiWriter, namespace: str
+) -> None:
     import time
 
     from shared.kube import Throttled
@@ -219,7 +244,11 @@ async def test_throttled_reconcile_waits_for_retry_after_and_resync_reoffers_key
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "t"))
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "u"))
     controller = Controller(
-        "throttle-test", reconcile, [For(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))], owns=lambda k: k.name in owned, registry=CollectorRegistry()
+        "throttle-test",
+        reconcile,
+        [For(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))],
+        owns=lambda k: k.name in owned,
+        registry=CollectorRegistry(),
     )
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:

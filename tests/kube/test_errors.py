@@ -36,7 +36,14 @@ pytestmark = pytest.mark.anyio
 
 
 def status_body(code: int, reason: str, message: str = "msg", **details: Any) -> bytes:
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = details
     return json.dumps(body).encode()
@@ -70,7 +77,14 @@ def test_translate_each_status(code: int, reason: str, expected: type[KubeError]
 
 
 def test_invalid_carries_causes() -> None:
-    body = status_body(422, "Invalid", "x is invalid", name="x", kind="Pod", causes=[{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers"}])
+    body = status_body(
+        422,
+        "Invalid",
+        "x is invalid",
+        name="x",
+        kind="Pod",
+        causes=[{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers"}],
+    )
     err = translate_status("CREATE pods ns/x", 422, body)
     assert isinstance(err, Invalid)
     assert [(c.field, c.reason) for c in err.causes] == [("spec.containers", "FieldValueRequired")]
@@ -99,8 +113,17 @@ def test_a_non_status_body_still_gives_a_typed_error() -> None:
     ("code", "expected"),
     [(409, Conflict), (429, Throttled), (500, ServerError), (503, ServerError), (504, Timeout), (403, Forbidden)],
 )
-async def test_injected_statuses_arrive_typed(control: Any, reader: ApiReader, namespace: str, code: int, expected: type[KubeError]) -> None:
-    control.add_fault(action="error", code=code, verb="get", resource="ephemeralrunnersets", namespace=namespace, retry_after_seconds=2 if code == 429 else 0)
+async def test_injected_statuses_arrive_typed(
+    control: Any, reader: ApiReader, namespace: str, code: int, expected: type[KubeError]
+) -> None:
+    control.add_fault(
+        action="error",
+        code=code,
+        verb="get",
+        resource="ephemeralrunnersets",
+        namespace=namespace,
+        retry_after_seconds=2 if code == 429 else 0,
+    )
     with pytest.raises(expected) as caught:
         await reader.get(EPHEMERAL_RUNNER_SETS, f"{namespace}/x")
     assert caught.value.request == f"GET ephemeralrunnersets.actions.github.com {namespace}/x"
@@ -111,7 +134,9 @@ async def test_injected_statuses_arrive_typed(control: Any, reader: ApiReader, n
 
 
 async def test_slow_server_gives_timeout(control: Any, kube_api: Any, namespace: str) -> None:
-    control.add_fault(action="latency", delay_seconds=2.0, verb="list", resource="ephemeralrunnersets", namespace=namespace)
+    control.add_fault(
+        action="latency", delay_seconds=2.0, verb="list", resource="ephemeralrunnersets", namespace=namespace
+    )
     async with await KubeClient.from_kubeconfig(kube_api.kubeconfig, request_timeout=0.3) as kube:
         with pytest.raises(Timeout, match="no response within 0.3s"):
             await ApiReader(kube).list(EPHEMERAL_RUNNER_SETS, namespace=namespace)
@@ -136,11 +161,20 @@ async def test_closed_client_and_bad_kubeconfig(tmp_path: Any, kube: KubeClient)
         await KubeClient.from_kubeconfig(tmp_path / "missing")
 
 
-async def test_response_of_the_wrong_shape_is_decode_failed(writer: ApiWriter, reader: ApiReader, namespace: str) -> None:
+async def test_response_of_the_wrong_shape_is_decode_failed(
+    writer: ApiWriter, reader: ApiReader, namespace: str
+) -> None:
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "ok"))
     # An object of another kind where an ERS is expected (decoding with the wrong descriptor).
     from shared.kube import AUTOSCALING_RUNNER_SETS, Resource
 
-    wrong: Resource[Any] = Resource(EPHEMERAL_RUNNER_SETS.group, "v1alpha1", "ephemeralrunnersets", "AutoscalingRunnerSet", AUTOSCALING_RUNNER_SETS.type, custom=True)
+    wrong: Resource[Any] = Resource(
+        EPHEMERAL_RUNNER_SETS.group,
+        "v1alpha1",
+        "ephemeralrunnersets",
+        "AutoscalingRunnerSet",
+        AUTOSCALING_RUNNER_SETS.type,
+        custom=True,
+    )
     with pytest.raises(DecodeFailed, match="invalid"):
         await reader.get(wrong, f"{namespace}/ok")

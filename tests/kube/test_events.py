@@ -6,7 +6,16 @@ from typing import Any
 
 import pytest
 
-from shared.kube import EPHEMERAL_RUNNER_SETS, EVENTS, ApiReader, ApiWriter, EventRecorder, EventType, InvolvedObject, retry_on_conflict
+from shared.kube import (
+    EPHEMERAL_RUNNER_SETS,
+    EVENTS,
+    ApiReader,
+    ApiWriter,
+    EventRecorder,
+    EventType,
+    InvolvedObject,
+    retry_on_conflict,
+)
 from shared.kube.events import event_name
 
 from .conftest import ers
@@ -45,7 +54,9 @@ async def test_repeats_are_counted_on_one_event(reader: ApiReader, writer: ApiWr
     assert by_reason["RunnerCreated"].count == 1 and by_reason["RunnerCreated"].type == "Normal"
 
 
-async def test_a_vanished_event_is_recreated_and_inside_retry_it_is_allowed(reader: ApiReader, writer: ApiWriter, namespace: str) -> None:
+async def test_a_vanished_event_is_recreated_and_inside_retry_it_is_allowed(
+    reader: ApiReader, writer: ApiWriter, namespace: str
+) -> None:
     recorder = EventRecorder(writer, "w")
     who = InvolvedObject("v1", "Pod", namespace, "p")
     await recorder.event(who, EventType.NORMAL, "Started", "x")
@@ -60,7 +71,9 @@ async def test_a_vanished_event_is_recreated_and_inside_retry_it_is_allowed(read
     assert again.count == 1 and again.metadata.name != first.metadata.name
 
 
-async def test_recording_failures_are_swallowed(control: Any, reader: ApiReader, writer: ApiWriter, namespace: str) -> None:
+async def test_recording_failures_are_swallowed(
+    control: Any, reader: ApiReader, writer: ApiWriter, namespace: str
+) -> None:
     control.add_fault(action="error", code=500, verb="create", resource="events", namespace=namespace, times=1)
     recorder = EventRecorder(writer, "w")
     who = InvolvedObject("v1", "Pod", namespace, "p")

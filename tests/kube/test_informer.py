@@ -81,10 +81,14 @@ async def test_sync_scopes_and_cached_reads(kube: KubeClient, writer: ApiWriter,
     # Relabelling moves an object out of / into the selector-scoped cache.
     await writer.patch_merge(EPHEMERAL_RUNNER_SETS, f"{namespace}/a", {"metadata": {"labels": {"team": "y"}}})
     await writer.patch_merge(EPHEMERAL_RUNNER_SETS, f"{namespace}/b", {"metadata": {"labels": {"team": "x"}}})
-    await eventually(lambda: [e.metadata.name for e in team_x.list_cached()] == ["b"], what="selector cache follows relabel")
+    await eventually(
+        lambda: [e.metadata.name for e in team_x.list_cached()] == ["b"], what="selector cache follows relabel"
+    )
 
 
-async def test_handlers_see_added_modified_deleted_in_order(kube: KubeClient, writer: ApiWriter, namespace: str, running: Any) -> None:
+async def test_handlers_see_added_modified_deleted_in_order(
+    kube: KubeClient, writer: ApiWriter, namespace: str, running: Any
+) -> None:
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "pre"))
     informer = await running(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))
     seen: list[tuple[str, str]] = []
@@ -144,7 +148,9 @@ async def test_relists_after_compaction_and_converges(
         await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, f"c{i}"))
     informer = await running(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))
     deleted: list[str] = []
-    informer.add_handler(lambda ch: deleted.append(ch.key.name) if ch.type == ChangeType.DELETED else None, replay=False)
+    informer.add_handler(
+        lambda ch: deleted.append(ch.key.name) if ch.type == ChangeType.DELETED else None, replay=False
+    )
     # Hold events back, change things, compact the history and break the stream: the informer's
     # resume point is now older than the server remembers, so it gets 410 and must relist.
     control.settings(watch_lag_seconds=5)
@@ -160,7 +166,9 @@ async def test_relists_after_compaction_and_converges(
     assert informer.get_cached(f"{namespace}/c1").spec.replicas == 4  # type: ignore[union-attr]
 
 
-async def test_converges_under_watch_lag(kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: Any, control: Any) -> None:
+async def test_converges_under_watch_lag(
+    kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: Any, control: Any
+) -> None:
     informer = await running(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))
     control.settings(watch_lag_seconds=1.5)
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "lag"))
@@ -170,7 +178,9 @@ async def test_converges_under_watch_lag(kube: KubeClient, reader: ApiReader, wr
     await wait_converged(informer, reader, namespace)
 
 
-async def test_bookmarks_advance_the_resume_point(kube: KubeClient, writer: ApiWriter, namespace: str, running: Any, control: Any) -> None:
+async def test_bookmarks_advance_the_resume_point(
+    kube: KubeClient, writer: ApiWriter, namespace: str, running: Any, control: Any
+) -> None:
     previous = control.settings()["bookmark_interval_seconds"]
     control.settings(bookmark_interval_seconds=0.2)
     try:
@@ -179,7 +189,10 @@ async def test_bookmarks_advance_the_resume_point(kube: KubeClient, writer: ApiW
         # A write elsewhere moves the global resourceVersion; only a bookmark can tell this informer.
         created = await writer.create(EPHEMERAL_RUNNER_SETS, ers("default", f"bm-{namespace}"))
         try:
-            await eventually(lambda: int(informer.resource_version) >= int(created.metadata.resource_version), what="bookmark advances the RV")
+            await eventually(
+                lambda: int(informer.resource_version) >= int(created.metadata.resource_version),
+                what="bookmark advances the RV",
+            )
             assert int(informer.resource_version) > start and len(informer) == 0
         finally:
             await writer.delete(EPHEMERAL_RUNNER_SETS, f"default/bm-{namespace}")

@@ -12,7 +12,17 @@ import anyio
 import pytest
 
 from shared.bus import Bus, BusSettings, NotOwner, ShardOwnership
-from shared.kube import LEASES, NAMESPACES, SECRETS, AlreadyExists, ApiReader, ApiWriter, KubeClient, KubeError, ObjectKey
+from shared.kube import (
+    LEASES,
+    NAMESPACES,
+    SECRETS,
+    AlreadyExists,
+    ApiReader,
+    ApiWriter,
+    KubeClient,
+    KubeError,
+    ObjectKey,
+)
 from shared.kube.leases import (
     GROUP_LABEL,
     KubeShardOwnership,
@@ -35,7 +45,9 @@ def handover_bound(timing: LeaseTiming = TIMING) -> float:
     return timing.handover_bound + SLACK
 
 
-async def wait_for(condition: Callable[[], object], timeout: float = 10.0, describe: Callable[[], object] | None = None) -> None:
+async def wait_for(
+    condition: Callable[[], object], timeout: float = 10.0, describe: Callable[[], object] | None = None
+) -> None:
     """Poll ``condition`` every 10 ms until true; fail the test after ``timeout`` saying what was seen."""
     try:
         with anyio.fail_after(timeout):
@@ -50,7 +62,16 @@ class Replica:
     """One worker replica: its own API client for its leases (``lease_client``, which a test may
     cut off) and another for its work (``work_client``, which keeps working: a zombie)."""
 
-    def __init__(self, kube_api: KubeApi, group: str, replica_id: str, namespace: str, *, timing: LeaseTiming = TIMING, work: Callable[[Replica], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        kube_api: KubeApi,
+        group: str,
+        replica_id: str,
+        namespace: str,
+        *,
+        timing: LeaseTiming = TIMING,
+        work: Callable[[Replica], Awaitable[None]] | None = None,
+    ) -> None:
         self.kube_api = kube_api
         self.group = group
         self.id = replica_id
@@ -71,7 +92,13 @@ class Replica:
             async with lease_client, work_client:
                 self.lease_client, self.work_client = lease_client, work_client
                 async with KubeShardOwnership.join(
-                    lease_client, self.group, replica_id=self.id, shards=SHARDS, namespace=self.namespace, timing=self.timing, on_change=self.changes.append
+                    lease_client,
+                    self.group,
+                    replica_id=self.id,
+                    shards=SHARDS,
+                    namespace=self.namespace,
+                    timing=self.timing,
+                    on_change=self.changes.append,
                 ) as shards:
                     self.shards = shards
                     await shards.wait_ready()
@@ -152,7 +179,9 @@ def test_lease_names_are_valid_kubernetes_names() -> None:
 # --- against the API -----------------------------------------------------------------------------
 
 
-async def test_two_then_three_replicas_split_shards_disjointly(kube_api: KubeApi, namespace: str, reader: ApiReader) -> None:
+async def test_two_then_three_replicas_split_shards_disjointly(
+    kube_api: KubeApi, namespace: str, reader: ApiReader
+) -> None:
     group = group_name()
     replicas = [Replica(kube_api, group, f"pod-{i}", namespace) for i in range(3)]
     monitor = OwnershipMonitor({r.id: r.owned for r in replicas})
@@ -160,7 +189,9 @@ async def test_two_then_three_replicas_split_shards_disjointly(kube_api: KubeApi
         tg.start_soon(monitor.run)
         for r in replicas[:2]:
             await tg.start(r.run)
-        await wait_for(lambda: coverage(replicas[:2]) == (set(range(SHARDS)), [8, 8]), describe=lambda: coverage(replicas[:2]))
+        await wait_for(
+            lambda: coverage(replicas[:2]) == (set(range(SHARDS)), [8, 8]), describe=lambda: coverage(replicas[:2])
+        )
         await tg.start(replicas[2].run)
         await wait_for(lambda: balanced(replicas), describe=lambda: coverage(replicas))
         # The Lease objects say the same thing (what `kubectl get leases -n <ns>` shows).
@@ -178,7 +209,9 @@ async def test_two_then_three_replicas_split_shards_disjointly(kube_api: KubeApi
     assert {name for name in specs if "-member-" in name} == {member_lease_name(group, r.id) for r in replicas}
 
 
-async def test_a_crashed_replicas_shards_move_within_the_bound(kube_api: KubeApi, namespace: str, reader: ApiReader) -> None:
+async def test_a_crashed_replicas_shards_move_within_the_bound(
+    kube_api: KubeApi, namespace: str, reader: ApiReader
+) -> None:
     group = group_name()
     replicas = [Replica(kube_api, group, f"pod-{i}", namespace) for i in range(3)]
     monitor = OwnershipMonitor({r.id: r.owned for r in replicas})
@@ -219,12 +252,18 @@ async def test_a_clean_shutdown_hands_shards_over_at_once(kube_api: KubeApi, nam
         tg.start_soon(monitor.run)
         for r in replicas:
             await tg.start(r.run)
-        await wait_for(lambda: coverage(replicas) == (set(range(SHARDS)), [8, 8]), timeout=20, describe=lambda: coverage(replicas))
+        await wait_for(
+            lambda: coverage(replicas) == (set(range(SHARDS)), [8, 8]), timeout=20, describe=lambda: coverage(replicas)
+        )
         leaving, staying = replicas
         given_back = leaving.owned()
         stopped_at = time.monotonic()
         leaving.stop()
-        await wait_for(lambda: len(staying.owned()) == SHARDS, timeout=timing.duration, describe=lambda: (staying.owned(), staying.shards.members))
+        await wait_for(
+            lambda: len(staying.owned()) == SHARDS,
+            timeout=timing.duration,
+            describe=lambda: (staying.owned(), staying.shards.members),
+        )
         took = time.monotonic() - stopped_at
         specs = await holders(reader, namespace, group)
         tg.cancel_scope.cancel()
@@ -249,7 +288,10 @@ async def test_held_check_and_change_callbacks_follow_ownership(kube_api: KubeAp
             shards.check(key)
         assert shards.shard_of(key) == shards.shard_of(key) and 0 <= shards.shard_of(key) < SHARDS
         await tg.start(other.run)
-        await wait_for(lambda: len(shards.owned_shards()) == SHARDS // 2 and len(other.owned()) == SHARDS // 2, describe=lambda: coverage([solo, other]))
+        await wait_for(
+            lambda: len(shards.owned_shards()) == SHARDS // 2 and len(other.owned()) == SHARDS // 2,
+            describe=lambda: coverage([solo, other]),
+        )
         assert shards.members == 2
         not_mine = next(f"ns/r-{i}" for i in range(1000) if not shards.owns(f"ns/r-{i}"))
         with pytest.raises(NotOwner, match=not_mine):
@@ -260,7 +302,9 @@ async def test_held_check_and_change_callbacks_follow_ownership(kube_api: KubeAp
         other.stop()
         await wait_for(lambda: len(shards.owned_shards()) == SHARDS)
         # The callback runs at the end of the round that changed the shards.
-        await wait_for(lambda: sum(len(c.gained) for c in solo.changes) == SHARDS + SHARDS // 2, describe=lambda: solo.changes)
+        await wait_for(
+            lambda: sum(len(c.gained) for c in solo.changes) == SHARDS + SHARDS // 2, describe=lambda: solo.changes
+        )
         tg.cancel_scope.cancel()
     gained = [s for c in solo.changes for s in c.gained]
     lost = [s for c in solo.changes for s in c.lost]
@@ -268,7 +312,9 @@ async def test_held_check_and_change_callbacks_follow_ownership(kube_api: KubeAp
     assert len(gained) == SHARDS + SHARDS // 2  # ...and taken back when it left
 
 
-async def test_a_replica_cut_off_from_the_api_stops_acting_before_another_starts(kube_api: KubeApi, namespace: str) -> None:
+async def test_a_replica_cut_off_from_the_api_stops_acting_before_another_starts(
+    kube_api: KubeApi, namespace: str
+) -> None:
     """The lease client of ``a`` loses the API server while its code keeps running (a zombie
     whose renewals fail): its ``held`` blocks end before ``b`` acquires and starts any."""
     group = group_name()
@@ -297,7 +343,9 @@ async def test_a_replica_cut_off_from_the_api_stops_acting_before_another_starts
         await wait_for(lambda: len(a.owned()) == SHARDS)
         await tg.start(b.run)
         # b joins; a hands half over. Wait until the key's shard sits with a, then start sessions.
-        await wait_for(lambda: len(a.owned()) == SHARDS // 2 and len(b.owned()) == SHARDS // 2, describe=lambda: coverage([a, b]))
+        await wait_for(
+            lambda: len(a.owned()) == SHARDS // 2 and len(b.owned()) == SHARDS // 2, describe=lambda: coverage([a, b])
+        )
         if not a.shards.owns(key):
             a, b = b, a
         tg.start_soon(session, a)
@@ -305,7 +353,11 @@ async def test_a_replica_cut_off_from_the_api_stops_acting_before_another_starts
         await wait_for(lambda: events)
         cut_at = time.monotonic()
         await a.cut_off()
-        await wait_for(lambda: any(e[0] == b.id and e[1] == "start" for e in events), timeout=handover_bound() + 10, describe=lambda: events)
+        await wait_for(
+            lambda: any(e[0] == b.id and e[1] == "start" for e in events),
+            timeout=handover_bound() + 10,
+            describe=lambda: events,
+        )
         tg.cancel_scope.cancel()
     a_stop = next(t for rid, what, t in events if rid == a.id and what == "stop")
     b_start = next(t for rid, what, t in events if rid == b.id and what == "start")
@@ -314,7 +366,9 @@ async def test_a_replica_cut_off_from_the_api_stops_acting_before_another_starts
     assert a_stop < b_start
 
 
-async def test_racing_replicas_never_create_an_object_twice_when_one_dies_mid_flight(kube_api: KubeApi, namespace: str, reader: ApiReader) -> None:
+async def test_racing_replicas_never_create_an_object_twice_when_one_dies_mid_flight(
+    kube_api: KubeApi, namespace: str, reader: ApiReader
+) -> None:
     """Three replicas create one Secret per key with a deterministic name, each after an
     authoritative GET under ``held``; one crashes mid-flight and one is cut off from the API for
     its leases while it keeps writing with another client. A second owner would get
@@ -344,7 +398,10 @@ async def test_racing_replicas_never_create_an_object_twice_when_one_dies_mid_fl
                         in_flight.setdefault(replica.id, set()).add(key)
                         await anyio.sleep(0.05)  # slow decision: the window a crash or a lapse can hit
                         shards.check(key)  # right before the write
-                        body = {"metadata": {"name": obj.name, "labels": {"race": group, "creator": replica.id}}, "stringData": {"k": key}}
+                        body = {
+                            "metadata": {"name": obj.name, "labels": {"race": group, "creator": replica.id}},
+                            "stringData": {"k": key},
+                        }
                         try:
                             await w.create(SECRETS, body, namespace=obj.namespace)
                         except AlreadyExists:
@@ -371,7 +428,11 @@ async def test_racing_replicas_never_create_an_object_twice_when_one_dies_mid_fl
         await wait_for(lambda: balanced(replicas), describe=lambda: coverage(replicas))
         go.set()
         crasher, zombie, survivor = replicas
-        await wait_for(lambda: in_flight.get(crasher.id) and in_flight.get(zombie.id), timeout=10, describe=lambda: (in_flight, len(created)))
+        await wait_for(
+            lambda: in_flight.get(crasher.id) and in_flight.get(zombie.id),
+            timeout=10,
+            describe=lambda: (in_flight, len(created)),
+        )
         crashed_at = time.monotonic()
         crasher.crash()  # cancelled mid-flight, leases not released
         await zombie.cut_off()  # its worker keeps running and writing; its renewals fail
@@ -406,7 +467,9 @@ async def test_lease_faults_never_cause_double_ownership(kube_api: KubeApi, name
             control.add_fault(action="error", code=500, verb="patch", times=25, **scope),
             control.add_fault(action="error", code=500, verb="list", times=5, **scope),
             control.add_fault(action="latency", delay_seconds=0.25, verb="patch", times=40, **scope),
-            control.add_fault(action="latency", delay_seconds=0.7, verb="patch", times=8, **scope),  # beyond the 0.4 s deadline
+            control.add_fault(
+                action="latency", delay_seconds=0.7, verb="patch", times=8, **scope
+            ),  # beyond the 0.4 s deadline
         ]
         # Re-reads after a 409 fail too, while they happen (this rule may not be spent: it is cleared below).
         control.add_fault(action="error", code=503, verb="get", times=5, **scope)
@@ -418,7 +481,9 @@ async def test_lease_faults_never_cause_double_ownership(kube_api: KubeApi, name
     assert monitor.violations == []
 
 
-async def test_the_lease_namespace_is_created_when_missing(kube_api: KubeApi, reader: ApiReader, writer: ApiWriter) -> None:
+async def test_the_lease_namespace_is_created_when_missing(
+    kube_api: KubeApi, reader: ApiReader, writer: ApiWriter
+) -> None:
     lease_ns = f"t-leases-{secrets.token_hex(3)}"
     assert await reader.get_or_none(NAMESPACES, ObjectKey("", lease_ns)) is None
     group = group_name()
@@ -439,7 +504,14 @@ async def test_ownership_survives_a_nats_outage(kube_api: KubeApi, namespace: st
     """THE point of Kubernetes Leases: with nats-server stopped, NATS KV ownership drops (shown for
     contrast) while Kubernetes-lease ownership stays put and keeps renewing."""
     group = group_name()
-    bus_settings = BusSettings(nats_urls=(nats_server.url,), lease_ttl=1.0, shards=SHARDS, connect_timeout=2.0, request_timeout=1.0, reconnect_wait=0.2)
+    bus_settings = BusSettings(
+        nats_urls=(nats_server.url,),
+        lease_ttl=1.0,
+        shards=SHARDS,
+        connect_timeout=2.0,
+        request_timeout=1.0,
+        reconnect_wait=0.2,
+    )
     replicas = [Replica(kube_api, group, f"pod-{i}", namespace) for i in range(2)]
     changed: list[tuple[str, frozenset[int], frozenset[int]]] = []
 
@@ -451,30 +523,38 @@ async def test_ownership_survives_a_nats_outage(kube_api: KubeApi, namespace: st
                     changed.append((r.id, baseline[r.id], now))
             await anyio.sleep(0.002)
 
-    async with Bus.connect(bus_settings) as bus, ShardOwnership.join(bus, group, replica_id="nats-replica") as nats_shards:
-        async with anyio.create_task_group() as tg:
-            for r in replicas:
-                await tg.start(r.run)
-            await wait_for(lambda: coverage(replicas) == (set(range(SHARDS)), [8, 8]), describe=lambda: coverage(replicas))
-            await wait_for(lambda: len(nats_shards.owned_shards()) == SHARDS)
-            baseline = {r.id: r.owned() for r in replicas}
-            tg.start_soon(stability, baseline)
-            stopped_at = anyio.current_time()
-            await anyio.to_thread.run_sync(nats_server.stop)
-            # The outage is real: the NATS-KV ownership gives everything up...
-            await wait_for(lambda: not nats_shards.owned_shards(), timeout=10)
-            # ...while the Kubernetes leases are renewed well past what they were valid for at the
-            # start of the outage, and owns() stays true for every key of a replica's shards.
-            def renewed_after_outage() -> bool:
-                return all(lease.valid_until > stopped_at + 2 * TIMING.duration for r in replicas for lease in r.shards._held.values())
+    async with (
+        Bus.connect(bus_settings) as bus,
+        ShardOwnership.join(bus, group, replica_id="nats-replica") as nats_shards,
+        anyio.create_task_group() as tg,
+    ):
+        for r in replicas:
+            await tg.start(r.run)
+        await wait_for(lambda: coverage(replicas) == (set(range(SHARDS)), [8, 8]), describe=lambda: coverage(replicas))
+        await wait_for(lambda: len(nats_shards.owned_shards()) == SHARDS)
+        baseline = {r.id: r.owned() for r in replicas}
+        tg.start_soon(stability, baseline)
+        stopped_at = anyio.current_time()
+        await anyio.to_thread.run_sync(nats_server.stop)
+        # The outage is real: the NATS-KV ownership gives everything up...
+        await wait_for(lambda: not nats_shards.owned_shards(), timeout=10)
 
-            await wait_for(renewed_after_outage, timeout=4 * TIMING.duration + 5)
-            for r in replicas:
-                keys = [f"ns/k-{i}" for i in range(200)]
-                assert all(r.shards.owns(k) == (r.shards.shard_of(k) in baseline[r.id]) for k in keys)
-            await anyio.to_thread.run_sync(nats_server.start)
-            await wait_for(lambda: len(nats_shards.owned_shards()) == SHARDS, timeout=20)
-            tg.cancel_scope.cancel()
+        # ...while the Kubernetes leases are renewed well past what they were valid for at the
+        # start of the outage, and owns() stays true for every key of a replica's shards.
+        def renewed_after_outage() -> bool:
+            return all(
+                lease.valid_until > stopped_at + 2 * TIMING.duration
+                for r in replicas
+                for lease in r.shards._held.values()
+            )
+
+        await wait_for(renewed_after_outage, timeout=4 * TIMING.duration + 5)
+        for r in replicas:
+            keys = [f"ns/k-{i}" for i in range(200)]
+            assert all(r.shards.owns(k) == (r.shards.shard_of(k) in baseline[r.id]) for k in keys)
+        await anyio.to_thread.run_sync(nats_server.start)
+        await wait_for(lambda: len(nats_shards.owned_shards()) == SHARDS, timeout=20)
+        tg.cancel_scope.cancel()
     assert changed == []
 
 
@@ -489,7 +569,17 @@ async def test_kubectl_get_leases_shows_the_holders(kube_api: KubeApi, namespace
     async with anyio.create_task_group() as tg:
         await tg.start(r.run)
         await wait_for(lambda: len(r.owned()) == SHARDS)
-        argv = [kubectl, "--kubeconfig", str(kube_api.kubeconfig), "get", "leases", "-n", namespace, "-l", f"{GROUP_LABEL}={group}"]
+        argv = [
+            kubectl,
+            "--kubeconfig",
+            str(kube_api.kubeconfig),
+            "get",
+            "leases",
+            "-n",
+            namespace,
+            "-l",
+            f"{GROUP_LABEL}={group}",
+        ]
         out = await anyio.to_thread.run_sync(lambda: subprocess.run(argv, capture_output=True, text=True, timeout=30))
         tg.cancel_scope.cancel()
     assert out.returncode == 0, out.stderr
@@ -500,11 +590,15 @@ async def test_kubectl_get_leases_shows_the_holders(kube_api: KubeApi, namespace
     assert all(holder.startswith("pod-0_") for holder in rows.values())
 
 
-async def test_an_error_in_the_block_propagates_as_itself_and_leases_are_released(kube_api: KubeApi, namespace: str, reader: ApiReader) -> None:
+async def test_an_error_in_the_block_propagates_as_itself_and_leases_are_released(
+    kube_api: KubeApi, namespace: str, reader: ApiReader
+) -> None:
     group = group_name()
     async with await KubeClient.from_kubeconfig(kube_api.kubeconfig) as client:
         with pytest.raises(LookupError, match="boom"):
-            async with KubeShardOwnership.join(client, group, replica_id="solo", shards=4, namespace=namespace, timing=TIMING) as shards:
+            async with KubeShardOwnership.join(
+                client, group, replica_id="solo", shards=4, namespace=namespace, timing=TIMING
+            ) as shards:
                 await wait_for(lambda: len(shards.owned_shards()) == 4)
                 raise LookupError("boom")
         assert shards.owned_shards() == frozenset() and not shards.owns("ns/x")

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from shared.api import ObjectMeta, OwnerReference
-from shared.kube import EPHEMERAL_RUNNERS, LEASES, NAMESPACES, PODS, InvalidKey, ObjectKey, SelectorError, controller_owner_key, parse_label_selector
+from shared.kube import (
+    EPHEMERAL_RUNNERS,
+    LEASES,
+    NAMESPACES,
+    PODS,
+    InvalidKey,
+    ObjectKey,
+    SelectorError,
+    controller_owner_key,
+    parse_label_selector,
+)
 from shared.kube.codec import object_body
 from shared.kube.objects import Pod, Secret, SecretDataError
 from shared.kube.writer import finalizers_patch, with_resource_version
@@ -23,7 +33,10 @@ def test_object_keys() -> None:
 
 
 def test_paths() -> None:
-    assert EPHEMERAL_RUNNERS.object_path(ObjectKey("ns", "r"), "status") == "/apis/actions.github.com/v1alpha1/namespaces/ns/ephemeralrunners/r/status"
+    assert (
+        EPHEMERAL_RUNNERS.object_path(ObjectKey("ns", "r"), "status")
+        == "/apis/actions.github.com/v1alpha1/namespaces/ns/ephemeralrunners/r/status"
+    )
     assert PODS.collection_path(None) == "/api/v1/pods" and PODS.collection_path("ns") == "/api/v1/namespaces/ns/pods"
     assert LEASES.object_path(ObjectKey("ns", "l")) == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"
     assert NAMESPACES.object_path(ObjectKey("", "ns")) == "/api/v1/namespaces/ns"
@@ -67,7 +80,9 @@ def test_merge_patch_lock_and_finalizer_lists() -> None:
 
 
 def test_object_body_sets_type_meta_and_drops_resource_version() -> None:
-    body = object_body(PODS, Pod(metadata=ObjectMeta(name="p", namespace="ns", resource_version="9"), spec={"containers": []}))
+    body = object_body(
+        PODS, Pod(metadata=ObjectMeta(name="p", namespace="ns", resource_version="9"), spec={"containers": []})
+    )
     assert body["apiVersion"] == "v1" and body["kind"] == "Pod" and "resourceVersion" not in body["metadata"]
     tree = object_body(EPHEMERAL_RUNNERS, {"metadata": {"name": "x", "resourceVersion": "3"}})
     assert tree["apiVersion"] == "actions.github.com/v1alpha1" and tree["metadata"] == {"name": "x"}
@@ -77,13 +92,31 @@ def test_object_body_sets_type_meta_and_drops_resource_version() -> None:
 
 def test_controller_owner_key_matches_kind_and_group() -> None:
     owner = ers("ns", "set")
-    ref = OwnerReference(api_version="actions.github.com/v1alpha1", kind="EphemeralRunnerSet", name="set", uid="u", controller=True)
+    ref = OwnerReference(
+        api_version="actions.github.com/v1alpha1", kind="EphemeralRunnerSet", name="set", uid="u", controller=True
+    )
     child = Pod(metadata=ObjectMeta(name="p", namespace="ns", owner_references=[ref]))
     assert controller_owner_key(child, "EphemeralRunnerSet") == ObjectKey("ns", owner.metadata.name)
     assert controller_owner_key(child, "EphemeralRunner") is None
-    foreign = Pod(metadata=ObjectMeta(name="p", namespace="ns", owner_references=[OwnerReference(api_version="apps/v1", kind="EphemeralRunnerSet", name="s", uid="u", controller=True)]))
+    foreign = Pod(
+        metadata=ObjectMeta(
+            name="p",
+            namespace="ns",
+            owner_references=[
+                OwnerReference(api_version="apps/v1", kind="EphemeralRunnerSet", name="s", uid="u", controller=True)
+            ],
+        )
+    )
     assert controller_owner_key(foreign, "EphemeralRunnerSet") is None
-    not_controller = Pod(metadata=ObjectMeta(name="p", namespace="ns", owner_references=[OwnerReference(api_version="actions.github.com/v1alpha1", kind="EphemeralRunnerSet", name="s", uid="u")]))
+    not_controller = Pod(
+        metadata=ObjectMeta(
+            name="p",
+            namespace="ns",
+            owner_references=[
+                OwnerReference(api_version="actions.github.com/v1alpha1", kind="EphemeralRunnerSet", name="s", uid="u")
+            ],
+        )
+    )
     assert controller_owner_key(not_controller, "EphemeralRunnerSet") is None
 
 

@@ -4,6 +4,7 @@ exponential backoff, shutdown."""
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from shared.kube import QueueShutDown, WorkQueue, backoff_delay
@@ -71,7 +72,7 @@ async def test_concurrent_workers_never_overlap_on_a_key() -> None:
                 return
             active[key] = active.get(key, 0) + 1
             overlaps += active[key] > 1
-            await anyio.sleep(0)  # yield so others could run the same key if the queue allowed it
+            await anyio.lowlevel.checkpoint()  # yield so others could run the same key if the queue allowed it
             q.add(key)  # re-add while in flight: must wait for done()
             processed += 1
             if processed >= 200:

@@ -33,7 +33,9 @@ from .conftest import ers, pod
 pytestmark = pytest.mark.anyio
 
 
-async def test_create_get_list_are_typed_and_carry_resource_versions(reader: ApiReader, writer: ApiWriter, namespace: str) -> None:
+async def test_create_get_list_are_typed_and_carry_resource_versions(
+    reader: ApiReader, writer: ApiWriter, namespace: str
+) -> None:
     created = await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "a", labels={"team": "x"}))
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "b"))
     assert isinstance(created, EphemeralRunnerSet) and created.metadata.resource_version and created.metadata.uid
@@ -49,7 +51,9 @@ async def test_create_get_list_are_typed_and_carry_resource_versions(reader: Api
     assert await reader.get_or_none(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "zzz")) is None
 
 
-async def test_create_conflicts_and_missing_objects_are_typed_errors(reader: ApiReader, writer: ApiWriter, namespace: str) -> None:
+async def test_create_conflicts_and_missing_objects_are_typed_errors(
+    reader: ApiReader, writer: ApiWriter, namespace: str
+) -> None:
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "dup"))
     with pytest.raises(AlreadyExists) as exists:
         await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "dup"))
@@ -77,8 +81,14 @@ async def recording_proxy(kube_api: Any) -> AsyncIterator[tuple[str, list[tuple[
         seen.append((request.method, request.path, request.headers.get("Content-Type", "")))
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept")}
-        async with session.request(request.method, kube_api.url + request.path_qs, data=body or None, headers=headers) as upstream:
-            return web.Response(status=upstream.status, body=await upstream.read(), headers={"Content-Type": upstream.headers.get("Content-Type", "application/json")})
+        async with session.request(
+            request.method, kube_api.url + request.path_qs, data=body or None, headers=headers
+        ) as upstream:
+            return web.Response(
+                status=upstream.status,
+                body=await upstream.read(),
+                headers={"Content-Type": upstream.headers.get("Content-Type", "application/json")},
+            )
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", forward)
@@ -100,7 +110,9 @@ async def test_custom_resource_patches_are_merge_patches_on_the_wire(recording_p
         writer = ApiWriter(kube)
         await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "wire"))
         await writer.patch_merge(EPHEMERAL_RUNNER_SETS, f"{namespace}/wire", {"spec": {"replicas": 3}})
-        patched = await writer.patch_status(EPHEMERAL_RUNNER_SETS, f"{namespace}/wire", {"status": {"currentReplicas": 2}})
+        patched = await writer.patch_status(
+            EPHEMERAL_RUNNER_SETS, f"{namespace}/wire", {"status": {"currentReplicas": 2}}
+        )
         await writer.create(PODS, pod(namespace, "p"))
         await writer.patch_strategic(PODS, f"{namespace}/p", {"metadata": {"labels": {"a": "b"}}})
         await writer.patch_merge(PODS, f"{namespace}/p", {"metadata": {"labels": {"c": "d"}}})
@@ -114,39 +126,60 @@ async def test_custom_resource_patches_are_merge_patches_on_the_wire(recording_p
     assert patched.spec.replicas == 3 and patched.status is not None and patched.status.current_replicas == 2
 
 
-async def test_strategic_merge_patch_is_refused_for_custom_resources_before_sending(writer: ApiWriter, namespace: str) -> None:
+async def test_strategic_merge_patch_is_refused_for_custom_resources_before_sending(
+    writer: ApiWriter, namespace: str
+) -> None:
     with pytest.raises(BadRequest, match="strategic merge patch"):
         await writer.patch_strategic(EPHEMERAL_RUNNER_SETS, f"{namespace}/any", {"spec": {"replicas": 1}})
 
 
-async def test_merge_patch_replaces_lists_and_null_deletes(reader: ApiReader, writer: ApiWriter, namespace: str) -> None:
+async def test_merge_patch_replaces_lists_and_null_deletes(
+    reader: ApiReader, writer: ApiWriter, namespace: str
+) -> None:
     await writer.create(PODS, pod(namespace, "fin"))
     live = await reader.get(PODS, f"{namespace}/fin")
-    live = await writer.patch_merge(PODS, f"{namespace}/fin", {"metadata": {"finalizers": ["x/a", "x/b"], "labels": {"k": "v"}}}, resource_version=live.metadata.resource_version)
+    live = await writer.patch_merge(
+        PODS,
+        f"{namespace}/fin",
+        {"metadata": {"finalizers": ["x/a", "x/b"], "labels": {"k": "v"}}},
+        resource_version=live.metadata.resource_version,
+    )
     after = await writer.remove_finalizer(PODS, live, "x/a")
     # Under a strategic merge patch the finalizer list would have been unioned, not replaced.
     assert after is not None and after.metadata.finalizers == ["x/b"]
-    cleared = await writer.patch_merge(PODS, f"{namespace}/fin", {"metadata": {"labels": {"k": None}, "finalizers": None}})
+    cleared = await writer.patch_merge(
+        PODS, f"{namespace}/fin", {"metadata": {"labels": {"k": None}, "finalizers": None}}
+    )
     assert cleared.metadata.labels == {} and cleared.metadata.finalizers == []
 
 
 # --- optimistic locking --------------------------------------------------------------------------
 
 
-async def test_two_writers_the_stale_one_conflicts(kube_api: Any, reader: ApiReader, writer: ApiWriter, namespace: str) -> None:
+async def test_two_writers_the_stale_one_conflicts(
+    kube_api: Any, reader: ApiReader, writer: ApiWriter, namespace: str
+) -> None:
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "race"))
     async with await KubeClient.from_kubeconfig(kube_api.kubeconfig, request_timeout=10) as other:
         seen_by_a = await reader.get(EPHEMERAL_RUNNER_SETS, f"{namespace}/race")
         seen_by_b = await ApiReader(other).get(EPHEMERAL_RUNNER_SETS, f"{namespace}/race")
         rv_a, rv_b = seen_by_a.metadata.resource_version, seen_by_b.metadata.resource_version
-        await writer.patch_merge(EPHEMERAL_RUNNER_SETS, f"{namespace}/race", {"spec": {"replicas": 5}}, resource_version=rv_a)
+        await writer.patch_merge(
+            EPHEMERAL_RUNNER_SETS, f"{namespace}/race", {"spec": {"replicas": 5}}, resource_version=rv_a
+        )
         with pytest.raises(Conflict) as stale:
-            await ApiWriter(other).patch_merge(EPHEMERAL_RUNNER_SETS, f"{namespace}/race", {"spec": {"replicas": 7}}, resource_version=rv_b)
+            await ApiWriter(other).patch_merge(
+                EPHEMERAL_RUNNER_SETS, f"{namespace}/race", {"spec": {"replicas": 7}}, resource_version=rv_b
+            )
         assert stale.value.request == f"PATCH ephemeralrunnersets.actions.github.com {namespace}/race"
         with pytest.raises(Conflict):
-            await ApiWriter(other).patch_status(EPHEMERAL_RUNNER_SETS, f"{namespace}/race", {"status": {"currentReplicas": 1}}, resource_version=rv_b)
+            await ApiWriter(other).patch_status(
+                EPHEMERAL_RUNNER_SETS, f"{namespace}/race", {"status": {"currentReplicas": 1}}, resource_version=rv_b
+            )
         # The same patch without a resourceVersion cannot conflict: it silently overwrites.
-        blind = await ApiWriter(other).patch_merge(EPHEMERAL_RUNNER_SETS, f"{namespace}/race", {"spec": {"replicas": 7}})
+        blind = await ApiWriter(other).patch_merge(
+            EPHEMERAL_RUNNER_SETS, f"{namespace}/race", {"spec": {"replicas": 7}}
+        )
         assert blind.spec.replicas == 7
     assert (await reader.get(EPHEMERAL_RUNNER_SETS, f"{namespace}/race")).spec.replicas == 7
 
@@ -160,9 +193,17 @@ async def test_retry_on_conflict_rereads_and_redecides(reader: ApiReader, writer
         current = await reader.get(EPHEMERAL_RUNNER_SETS, key)
         attempts.append(current.spec.replicas)
         if len(attempts) == 1:  # a concurrent writer slips in between our read and our write
-            await writer.patch_merge(EPHEMERAL_RUNNER_SETS, key, {"spec": {"replicas": 10}}, resource_version=current.metadata.resource_version)
+            await writer.patch_merge(
+                EPHEMERAL_RUNNER_SETS,
+                key,
+                {"spec": {"replicas": 10}},
+                resource_version=current.metadata.resource_version,
+            )
         return await writer.patch_merge(
-            EPHEMERAL_RUNNER_SETS, key, {"spec": {"replicas": current.spec.replicas + 1}}, resource_version=current.metadata.resource_version
+            EPHEMERAL_RUNNER_SETS,
+            key,
+            {"spec": {"replicas": current.spec.replicas + 1}},
+            resource_version=current.metadata.resource_version,
         )
 
     result = await retry_on_conflict(increment)
@@ -171,7 +212,9 @@ async def test_retry_on_conflict_rereads_and_redecides(reader: ApiReader, writer
     assert (await reader.get(EPHEMERAL_RUNNER_SETS, key)).spec.replicas == 11
 
 
-async def test_retry_on_conflict_gives_up_after_bounded_attempts(reader: ApiReader, writer: ApiWriter, namespace: str) -> None:
+async def test_retry_on_conflict_gives_up_after_bounded_attempts(
+    reader: ApiReader, writer: ApiWriter, namespace: str
+) -> None:
     key = ObjectKey(namespace, "hot")
     created = await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "hot"))
     calls = 0
@@ -179,7 +222,12 @@ async def test_retry_on_conflict_gives_up_after_bounded_attempts(reader: ApiRead
     async def always_stale() -> None:
         nonlocal calls
         calls += 1
-        await writer.patch_merge(EPHEMERAL_RUNNER_SETS, key, {"spec": {"replicas": calls}}, resource_version=created.metadata.resource_version)
+        await writer.patch_merge(
+            EPHEMERAL_RUNNER_SETS,
+            key,
+            {"spec": {"replicas": calls}},
+            resource_version=created.metadata.resource_version,
+        )
 
     await writer.patch_merge(EPHEMERAL_RUNNER_SETS, key, {"spec": {"replicas": 2}})
     with pytest.raises(Conflict):
@@ -218,7 +266,11 @@ async def test_status_patch_ignores_spec_and_metadata(reader: ApiReader, writer:
     patched = await writer.patch_status(
         EPHEMERAL_RUNNER_SETS,
         f"{namespace}/st",
-        {"spec": {"replicas": 9}, "metadata": {"labels": {"sneaky": "yes"}}, "status": {"currentReplicas": 4, "finishedRunnerCleanupPatchID": 0}},
+        {
+            "spec": {"replicas": 9},
+            "metadata": {"labels": {"sneaky": "yes"}},
+            "status": {"currentReplicas": 4, "finishedRunnerCleanupPatchID": 0},
+        },
         resource_version=created.metadata.resource_version,
     )
     assert patched.spec.replicas == 1 and "sneaky" not in patched.metadata.labels
@@ -226,10 +278,14 @@ async def test_status_patch_ignores_spec_and_metadata(reader: ApiReader, writer:
     assert patched.status.finished_runner_cleanup_patch_id == 0
     assert patched.metadata.generation == created.metadata.generation
     # A spec patch through the main endpoint leaves status alone.
-    spec_patched = await writer.patch_merge(EPHEMERAL_RUNNER_SETS, f"{namespace}/st", {"spec": {"replicas": 2}, "status": {"currentReplicas": 99}})
+    spec_patched = await writer.patch_merge(
+        EPHEMERAL_RUNNER_SETS, f"{namespace}/st", {"spec": {"replicas": 2}, "status": {"currentReplicas": 99}}
+    )
     assert spec_patched.status is not None and spec_patched.status.current_replicas == 4
     assert spec_patched.metadata.generation == created.metadata.generation + 1
-    cleared = await writer.patch_status(EPHEMERAL_RUNNER_SETS, f"{namespace}/st", {"status": {"finishedRunnerCleanupPatchID": None}})
+    cleared = await writer.patch_status(
+        EPHEMERAL_RUNNER_SETS, f"{namespace}/st", {"status": {"finishedRunnerCleanupPatchID": None}}
+    )
     assert cleared.status is not None and cleared.status.finished_runner_cleanup_patch_id is None
 
 
@@ -274,9 +330,25 @@ async def test_delete_propagation_policy_is_sent(reader: ApiReader, writer: ApiW
     from shared.kube import SECRETS, PropagationPolicy
 
     owner = await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "owner"))
-    ref = {"apiVersion": owner.api_version, "kind": "EphemeralRunnerSet", "name": "owner", "uid": owner.metadata.uid, "controller": True, "blockOwnerDeletion": True}
+    ref = {
+        "apiVersion": owner.api_version,
+        "kind": "EphemeralRunnerSet",
+        "name": "owner",
+        "uid": owner.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
     child = await writer.create(
-        SECRETS, {"metadata": {"name": "child", "namespace": namespace, "ownerReferences": [ref], "finalizers": ["runnerscale.test/hold"]}, "stringData": {"k": "v"}}
+        SECRETS,
+        {
+            "metadata": {
+                "name": "child",
+                "namespace": namespace,
+                "ownerReferences": [ref],
+                "finalizers": ["runnerscale.test/hold"],
+            },
+            "stringData": {"k": "v"},
+        },
     )
     assert child.decoded("k") == b"v"
     await writer.delete(EPHEMERAL_RUNNER_SETS, f"{namespace}/owner", propagation=PropagationPolicy.FOREGROUND)

@@ -19,11 +19,11 @@ import msgspec
 import nats
 import pytest
 
-from services.listener.config import ListenerConfig, bus_settings, parse_config
 from services.listener.service import Listener
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus import Bus
 from shared.bus import messages as busmsg
+from shared.listener_config import ListenerConfig, bus_settings, parse_config
 
 SCALE_SET_NAME = "arc-runners"
 NAMESPACE = "arc-systems"
@@ -126,7 +126,7 @@ async def bus_tap(nats_server, make_config) -> AsyncIterator[BusTap]:
         for sub in subs:
             try:
                 await sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - the server may be stopped by the test
+            except Exception:
                 pass
         with anyio.move_on_after(2):
             await nc.close()

@@ -14,7 +14,7 @@ import prometheus_client.metrics
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.actions_sim.runner_agent import run_runner
+from services.embedded.actions_sim.runner_agent import run_runner
 from shared.actions import ActionsClient, PersonalAccessToken
 from tests.listener.conftest import NAMESPACE, start_listener, wait_until
 
@@ -40,7 +40,13 @@ async def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
     status, text = await get(f"http://127.0.0.1:{port}/metrics")
     assert status == 200
     # ARC exports no *_created series; users' dashboards expect ARC's series only.
-    created = sorted({line.split("{")[0].split(" ")[0] for line in text.splitlines() if "_created" in line.split("{")[0].split(" ")[0]})
+    created = sorted(
+        {
+            line.split("{")[0].split(" ")[0]
+            for line in text.splitlines()
+            if "_created" in line.split("{")[0].split(" ")[0]
+        }
+    )
     assert created == [], f"/metrics exports _created series: {created}"
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -58,7 +64,13 @@ async def test_metrics_match_the_simulator(actions_sim, scale_set, make_config, 
     # default, and an earlier test of this process may have changed the global switch).
     prometheus_client.metrics.enable_created_metrics()
     cfg = make_config(min_runners=1, max_runners=5)
-    scale_set_labels = {"name": scale_set.name, "namespace": NAMESPACE, "repository": "", "organization": actions_sim.org, "enterprise": ""}
+    scale_set_labels = {
+        "name": scale_set.name,
+        "namespace": NAMESPACE,
+        "repository": "",
+        "organization": actions_sim.org,
+        "enterprise": "",
+    }
     async with anyio.create_task_group() as tg:
         listener = await start_listener(tg, cfg, "listener-0")
         port = listener.ports["metrics"]
@@ -67,7 +79,9 @@ async def test_metrics_match_the_simulator(actions_sim, scale_set, make_config, 
             slow = await client.generate_jit_config(scale_set.id, "arc-runners-slow")
         await actions_sim.control.enqueue_jobs(count=1, labels=[scale_set.name], duration=0.1, display_name="quick")
         assert (await run_runner(None, quick.encoded_jit_config, job_wait=10)).exit_code == 0
-        await actions_sim.control.enqueue_jobs(count=1, labels=[scale_set.name], duration=60, display_name="slow", event_name="push")
+        await actions_sim.control.enqueue_jobs(
+            count=1, labels=[scale_set.name], duration=60, display_name="slow", event_name="push"
+        )
         tg.start_soon(run_runner, None, slow.encoded_jit_config)
 
         async def settled() -> dict | None:
@@ -123,7 +137,9 @@ async def test_metrics_match_the_simulator(actions_sim, scale_set, make_config, 
         ("127.0.0.1:0", "127.0.0.1:0", {"health": {"/healthz", "/readyz", "/metrics"}}),  # equal: one server
     ],
 )
-async def test_listen_addresses_free_ports_and_disabled_servers(make_config, bus_tap, metrics_addr, health_addr, served):
+async def test_listen_addresses_free_ports_and_disabled_servers(
+    make_config, bus_tap, metrics_addr, health_addr, served
+):
     """Several listeners on one host (the embedded default): port 0 picks a free port per
     listener, and "0" or empty turns a server off."""
     cfg = make_config(metrics_addr=metrics_addr, health_addr=health_addr)
@@ -131,7 +147,9 @@ async def test_listen_addresses_free_ports_and_disabled_servers(make_config, bus
         first = await start_listener(tg, cfg, "listener-0")
         second = await start_listener(tg, cfg, "listener-1")  # same addresses, same host: no collision
         for listener in (first, second):
-            assert set(listener.ports) == (set(served) | ({"metrics"} if "/metrics" in served.get("health", ()) else set()))
+            assert set(listener.ports) == (
+                set(served) | ({"metrics"} if "/metrics" in served.get("health", ()) else set())
+            )
             for name, paths in served.items():
                 for path in ("/metrics", "/healthz", "/readyz"):
                     status, _ = await get(f"http://127.0.0.1:{listener.ports[name]}{path}")

@@ -9,7 +9,7 @@ import anyio
 import msgspec
 import pytest
 
-from services.actions_sim.wire import Statistics
+from services.embedded.actions_sim.wire import Statistics
 from services.listener.health import HealthState
 from services.listener.loop import Identity, SessionLoop
 from services.listener.metrics import ListenerMetrics
@@ -71,7 +71,13 @@ async def test_409_on_create_is_waited_out_with_backoff(actions_sim, scale_set, 
         assert endpoint_calls(await actions_sim.control.requests(), "create_session", 409) == 3
         conflicts = listener.metrics.registry.get_sample_value(
             "runnerscale_listener_session_conflicts_total",
-            {"name": scale_set.name, "namespace": "arc-systems", "repository": "", "organization": actions_sim.org, "enterprise": ""},
+            {
+                "name": scale_set.name,
+                "namespace": "arc-systems",
+                "repository": "",
+                "organization": actions_sim.org,
+                "enterprise": "",
+            },
         )
         assert conflicts == 3
         tg.cancel_scope.cancel()
@@ -123,7 +129,7 @@ async def test_server_errors_and_dropped_connections_are_retried(actions_sim, sc
 
 
 async def test_duplicate_deliveries_and_events_are_harmless(actions_sim, scale_set, make_config, bus_tap):
-    from services.actions_sim.runner_agent import run_runner
+    from services.embedded.actions_sim.runner_agent import run_runner
 
     async with anyio.create_task_group() as tg:
         listener = await start_listener(tg, make_config(min_runners=0), "listener-0")
@@ -150,8 +156,12 @@ async def test_duplicate_deliveries_and_events_are_harmless(actions_sim, scale_s
 async def test_out_of_order_message_does_not_move_desired_state_back(actions_sim, scale_set, make_config):
     """An older message handled after a newer one: its events count, its statistics do not."""
     cfg = make_config(min_runners=0, max_runners=10)
-    older = await actions_sim.control.inject_message(scale_set.id, body="", statistics=Statistics(total_assigned_jobs=1))
-    newer = await actions_sim.control.inject_message(scale_set.id, body="", statistics=Statistics(total_assigned_jobs=4))
+    older = await actions_sim.control.inject_message(
+        scale_set.id, body="", statistics=Statistics(total_assigned_jobs=1)
+    )
+    newer = await actions_sim.control.inject_message(
+        scale_set.id, body="", statistics=Statistics(total_assigned_jobs=4)
+    )
     published: list = []
 
     async def publish(messages) -> None:
@@ -254,7 +264,9 @@ async def test_undecodable_messages_are_rejected_acknowledged_and_later_messages
     assert actions_sim.pat not in "\n".join(JsonFormatter().format(r) for r in caplog.records)
 
 
-async def test_message_without_a_usable_envelope_is_counted_and_the_listener_recovers(actions_sim, scale_set, make_config, bus_tap):
+async def test_message_without_a_usable_envelope_is_counted_and_the_listener_recovers(
+    actions_sim, scale_set, make_config, bus_tap
+):
     """No message id to acknowledge: counted as malformed_envelope, the session is re-created, and
     the next messages flow (the service's own copy of the message, if any, is redelivered)."""
     async with anyio.create_task_group() as tg:

@@ -8,7 +8,7 @@ import anyio
 import nats
 import pytest
 
-from services.actions_sim.runner_agent import run_runner
+from services.embedded.actions_sim.runner_agent import run_runner
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus import messages as busmsg
 from shared.bus import subjects
@@ -46,7 +46,9 @@ async def test_standby_takes_over_within_the_lease_bound(actions_sim, scale_set,
         mark = len(bus_tap.desired)
         killed_at = time.monotonic()
         leader.crash()
-        took_over = await bus_tap.wait_for(lambda t: [d for d in t.desired[mark:] if d.listener_epoch != leader.epoch], timeout=20)
+        took_over = await bus_tap.wait_for(
+            lambda t: [d for d in t.desired[mark:] if d.listener_epoch != leader.epoch], timeout=20
+        )
         elapsed = time.monotonic() - killed_at
         settings = standby.bus_settings
         # Bound: the lease outlives its last renewal by the TTL; the standby retries every
@@ -88,7 +90,10 @@ async def test_killed_between_receiving_and_publishing_loses_nothing(actions_sim
         async with anyio.create_task_group() as tg:
             successor = await start_listener(tg, cfg, "listener-b")
             # The successor gets the unacknowledged message again and publishes its effect.
-            started = await wait_until(lambda: last_message(nats_server.url, subjects.job_started_subject(NAMESPACE, scale_set.name)), timeout=30)
+            started = await wait_until(
+                lambda: last_message(nats_server.url, subjects.job_started_subject(NAMESPACE, scale_set.name)),
+                timeout=30,
+            )
             assert (started.runner_name, started.listener_epoch) == ("arc-runners-kill1", successor.epoch)
             await wait_until(lambda: all_acked(actions_sim, scale_set.id), timeout=10)
             assert await desired_replicas_is(nats_server.url, scale_set.name, 2)
@@ -117,7 +122,6 @@ async def test_waits_for_nats_at_start_up(actions_sim, scale_set, make_config, n
         await wait_until(lambda: desired_replicas_is(nats_server.url, scale_set.name, 1), timeout=20)
         assert listener.is_leader
         tg.cancel_scope.cancel()
-
 
 
 async def test_stopping_while_nats_is_down_is_clean_and_bounded(actions_sim, scale_set, make_config, nats_server):

@@ -76,10 +76,19 @@ async def watch_runners(client, namespace: str, census: RunnerCensus, *, task_st
 
 
 async def test_handover_during_scale_up_creates_no_duplicate_runner(
-    actions_sim, scale_set, make_config, bus_tap, kube, namespace, github_secret, worker_settings  # noqa: F811
+    actions_sim,
+    scale_set,
+    make_config,
+    bus_tap,
+    kube,
+    namespace,
+    github_secret,
+    worker_settings,  # noqa: F811
 ):
     bound = MIN_RUNNERS + JOBS
-    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=scale_set.id)
+    await create_ers(
+        kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=scale_set.id
+    )
     cfg = make_config(
         min_runners=MIN_RUNNERS,
         max_runners=10,
@@ -102,18 +111,24 @@ async def test_handover_during_scale_up_creates_no_duplicate_runner(
             await wait_for(lambda: len(census.live) == MIN_RUNNERS, what="the idle minimum")
 
             await actions_sim.control.enqueue_jobs(count=JOBS, labels=[scale_set.name], duration=120)
-            await bus_tap.wait_for(lambda t: t.desired[-1].replicas == bound and t.desired[-1].listener_epoch == leader.epoch)
+            await bus_tap.wait_for(
+                lambda t: t.desired[-1].replicas == bound and t.desired[-1].listener_epoch == leader.epoch
+            )
             # SIGKILL the leader as soon as the runner-set acts on its desired state (scale-up under way).
             await wait_for(lambda: len(census.ever) > MIN_RUNNERS, interval=0.002, what="scale-up started")
             leader.crash()
             created_before_crash = len(census.ever)
 
             took_over = await bus_tap.wait_for(
-                lambda t: [d for d in t.desired if d.listener_epoch != leader.epoch], timeout=20, what="the standby's desired state"
+                lambda t: [d for d in t.desired if d.listener_epoch != leader.epoch],
+                timeout=20,
+                what="the standby's desired state",
             )
             assert took_over[0].listener_epoch == standby.epoch > leader.epoch
             assert (took_over[0].replicas, took_over[0].patch_id) == (bound, 0)
-            await wait_for(lambda: len(census.live) == bound and len(fake.registered) == bound, what="converged on min+N")
+            await wait_for(
+                lambda: len(census.live) == bound and len(fake.registered) == bound, what="converged on min+N"
+            )
             # Consistently: a few more of the standby's polls (each re-publishes the level) change nothing.
             seen = len(bus_tap.desired)
             await bus_tap.wait_for(lambda t: len(t.desired) >= seen + 3, timeout=15)

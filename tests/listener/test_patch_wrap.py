@@ -18,7 +18,9 @@ from tests.listener.conftest import start_listener
 pytestmark = pytest.mark.anyio
 
 
-async def test_patch_ids_wrap_past_int32_max_to_one_on_the_bus(actions_sim, scale_set, make_config, bus_tap, monkeypatch):
+async def test_patch_ids_wrap_past_int32_max_to_one_on_the_bus(
+    actions_sim, scale_set, make_config, bus_tap, monkeypatch
+):
     assert MAX_PATCH_ID == 2147483647
     monkeypatch.setattr(service, "ScalerState", lambda: ScalerState(patch_seq=MAX_PATCH_ID - 2))
     await actions_sim.control.configure(poll_wait=0.2)  # each empty poll is one more decision

@@ -7,10 +7,10 @@ import msgspec
 import nats
 import pytest
 
-from services.actions_sim.runner_agent import run_runner
+from services.embedded.actions_sim.runner_agent import run_runner
 from services.listener.session import SessionRecord
-from shared.bus.subjects import SESSIONS_BUCKET, listener_session_key
 from shared.actions import ActionsClient, PersonalAccessToken
+from shared.bus.subjects import SESSIONS_BUCKET, listener_session_key
 from tests.listener.conftest import start_listener
 
 pytestmark = pytest.mark.anyio

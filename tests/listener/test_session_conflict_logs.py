@@ -13,10 +13,10 @@ import logging
 import anyio
 import pytest
 
-from services.listener.config import bus_settings
 from services.listener.session import SessionRecord, SessionRecords
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus import Bus
+from shared.listener_config import bus_settings
 from shared.log import JsonFormatter
 from tests.listener.conftest import start_listener
 from tests.listener.test_faults import CONFLICT_BODY, endpoint_calls
@@ -31,7 +31,9 @@ def json_lines(caplog: pytest.LogCaptureFixture) -> list[dict]:
     return [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name.startswith("services.listener")]
 
 
-async def test_a_recorded_stale_session_is_taken_over_and_the_log_says_so(actions_sim, scale_set, make_config, bus_tap, caplog):
+async def test_a_recorded_stale_session_is_taken_over_and_the_log_says_so(
+    actions_sim, scale_set, make_config, bus_tap, caplog
+):
     caplog.set_level(logging.INFO)
     cfg = make_config(min_runners=1)
     # What a SIGKILLed predecessor leaves behind: its live session at the service, and its record.
@@ -44,7 +46,7 @@ async def test_a_recorded_stale_session_is_taken_over_and_the_log_says_so(action
                 session_id=stale.session_id,
                 owner_name="listener-old",
                 listener_epoch=1,
-                created=dt.datetime.now(dt.timezone.utc),
+                created=dt.datetime.now(dt.UTC),
             )
         )
     async with anyio.create_task_group() as tg:
@@ -68,7 +70,9 @@ async def test_a_recorded_stale_session_is_taken_over_and_the_log_says_so(action
     assert created and lines.index(taken[0]) < created[0]
 
 
-async def test_an_unrecorded_session_is_waited_out_and_the_log_says_so(actions_sim, scale_set, make_config, bus_tap, caplog):
+async def test_an_unrecorded_session_is_waited_out_and_the_log_says_so(
+    actions_sim, scale_set, make_config, bus_tap, caplog
+):
     """No record names the conflicting session (somebody else's, or one whose create answer was
     lost): the listener waits with backoff, saying so on every attempt, and never deletes it."""
     caplog.set_level(logging.INFO)

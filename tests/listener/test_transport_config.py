@@ -76,7 +76,17 @@ class ForwardProxy:
             return web.Response(status=upstream.status, body=body, headers=out)
 
 
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "content-length"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+}
 
 
 async def get(url: str) -> tuple[int, str]:
@@ -107,7 +117,9 @@ async def test_root_ca_from_the_config_reaches_the_https_service(actions_sim_tls
         tg.cancel_scope.cancel()
 
 
-async def test_without_the_root_ca_the_listener_reports_a_tls_failure_and_stays_up(actions_sim_tls, make_config, bus_tap, caplog):
+async def test_without_the_root_ca_the_listener_reports_a_tls_failure_and_stays_up(
+    actions_sim_tls, make_config, bus_tap, caplog
+):
     """The system roots do not trust the simulator's CA: the listener logs a clear TLS error (one
     line, no traceback), keeps running (live, not ready) and publishes nothing it did not learn."""
     caplog.set_level(logging.INFO)
@@ -117,7 +129,11 @@ async def test_without_the_root_ca_the_listener_reports_a_tls_failure_and_stays_
     assert cfg.server_root_ca == ""
 
     def tls_failures() -> list[logging.LogRecord]:
-        return [r for r in caplog.records if r.name.startswith("services.listener") and "TLS failure" in JsonFormatter().format(r)]
+        return [
+            r
+            for r in caplog.records
+            if r.name.startswith("services.listener") and "TLS failure" in JsonFormatter().format(r)
+        ]
 
     async with anyio.create_task_group() as tg:
         listener = await start_listener(tg, cfg, "listener-noca")
@@ -173,7 +189,9 @@ async def test_http_proxy_from_the_config_carries_every_request(actions_sim, sca
     assert all(target.startswith(f"http://{PROXIED_HOST}:{port}/") for _, target in proxy.requests), proxy.requests
     # The same requests, one for one (the service logs a long poll when it answers, the proxy
     # when it arrives, so only the order differs).
-    assert Counter((m, p.split("?")[0]) for m, p in carried) == Counter((m, p.split("?")[0]) for m, p in seen_by_service)
+    assert Counter((m, p.split("?")[0]) for m, p in carried) == Counter(
+        (m, p.split("?")[0]) for m, p in seen_by_service
+    )
     endpoints = {p.split("?")[0].rsplit("/", 1)[-1] for _, p in carried}
     assert {"registration-token", "runner-registration", "sessions", "message"} <= endpoints, endpoints
 
@@ -188,7 +206,9 @@ async def test_https_proxy_from_the_config_tunnels_to_the_tls_service(actions_si
     async with anyio.create_task_group() as proxies:
         await proxies.start(proxy.serve)
         tunnel = f"http://tunnel-user:tunnel-pass-4711@127.0.0.1:{proxy.port}"
-        cfg = make_config(min_runners=1, proxy={"https_proxy": tunnel}, **tls_overrides(sim, ss, server_root_ca=sim.ca_pem))
+        cfg = make_config(
+            min_runners=1, proxy={"https_proxy": tunnel}, **tls_overrides(sim, ss, server_root_ca=sim.ca_pem)
+        )
         await sim.control.enqueue_jobs(count=1, labels=["arc-runners"])
         async with anyio.create_task_group() as tg:
             await start_listener(tg, cfg, "listener-tunnel")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.node_sim.kube import KubeRest
+from services.embedded.node_sim.kube import KubeRest
 
 
 @pytest.fixture

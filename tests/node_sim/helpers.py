@@ -10,8 +10,8 @@ from typing import Any
 
 import anyio
 
-from services.node_sim.kube import KubeRest
-from services.node_sim.node import NodeSim, NodeSimConfig
+from services.embedded.node_sim.kube import KubeRest
+from services.embedded.node_sim.node import NodeSim, NodeSimConfig
 
 Obj = dict[str, Any]
 
@@ -61,14 +61,23 @@ async def create_secret(kube: KubeRest, namespace: str, name: str, data: dict[st
     return await create(kube, namespace, "secrets", {"metadata": {"name": name}, "data": enc})
 
 
-def pod_body(name: str, *, containers: list[Obj], restart_policy: str = "Always", annotations: dict[str, str] | None = None, **spec: Any) -> Obj:
+def pod_body(
+    name: str,
+    *,
+    containers: list[Obj],
+    restart_policy: str = "Always",
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> Obj:
     return {
         "metadata": {"name": name, "annotations": annotations or {}},
         "spec": {"containers": containers, "restartPolicy": restart_policy, **spec},
     }
 
 
-async def wait_pod(kube: KubeRest, namespace: str, name: str, predicate: Callable[[Obj], bool], timeout: float = 15.0, what: str = "") -> Obj:
+async def wait_pod(
+    kube: KubeRest, namespace: str, name: str, predicate: Callable[[Obj], bool], timeout: float = 15.0, what: str = ""
+) -> Obj:
     """Poll the pod until ``predicate`` holds (a bounded wait on a condition)."""
     last: Obj | None = None
     try:
@@ -79,7 +88,9 @@ async def wait_pod(kube: KubeRest, namespace: str, name: str, predicate: Callabl
                     return last
                 await anyio.sleep(0.05)
     except TimeoutError:
-        raise AssertionError(f"pod {namespace}/{name}: {what or 'condition'} not reached in {timeout}s; last: {last and last.get('status')}") from None
+        raise AssertionError(
+            f"pod {namespace}/{name}: {what or 'condition'} not reached in {timeout}s; last: {last and last.get('status')}"
+        ) from None
 
 
 async def wait_gone(kube: KubeRest, namespace: str, name: str, timeout: float = 15.0) -> None:

@@ -12,7 +12,9 @@ from .helpers import conditions, create, cstatus, node_config, phase, pod_body, 
 pytestmark = pytest.mark.anyio
 
 
-async def test_plain_pod_goes_running_with_realistic_status(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_plain_pod_goes_running_with_realistic_status(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+) -> None:
     async with running_node(node_config(kube_api, namespace, tmp_path)):
         await create(kube, namespace, "pods", pod_body("web", containers=[{"name": "web", "image": "nginx:1.27"}]))
         pod = await wait_pod(kube, namespace, "web", lambda p: phase(p) == "Running", what="Running")
@@ -42,23 +44,31 @@ async def test_plain_pod_goes_running_with_realistic_status(kube_api: Any, names
         await wait_gone(kube, namespace, "web")
 
 
-async def test_unschedulable_pod_stays_pending_until_it_fits(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_unschedulable_pod_stays_pending_until_it_fits(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+) -> None:
     async with running_node(node_config(kube_api, namespace, tmp_path)):
         body = pod_body("picky", containers=[{"name": "c", "image": "busybox"}], nodeSelector={"disktype": "ssd"})
         await create(kube, namespace, "pods", body)
-        pod = await wait_pod(kube, namespace, "picky", lambda p: "PodScheduled" in conditions(p), what="PodScheduled condition")
+        pod = await wait_pod(
+            kube, namespace, "picky", lambda p: "PodScheduled" in conditions(p), what="PodScheduled condition"
+        )
         cond = conditions(pod)["PodScheduled"]
         assert cond["status"] == "False" and cond["reason"] == "Unschedulable"
         assert not pod["spec"].get("nodeName") and phase(pod) == "Pending"
 
     # A node with the label takes it.
-    async with running_node(node_config(kube_api, namespace, tmp_path, node_labels={"disktype": "ssd"}, node_name="ssd-node")):
+    async with running_node(
+        node_config(kube_api, namespace, tmp_path, node_labels={"disktype": "ssd"}, node_name="ssd-node")
+    ):
         pod = await wait_pod(kube, namespace, "picky", lambda p: phase(p) == "Running", what="Running")
         assert pod["spec"]["nodeName"] == "ssd-node"
         assert conditions(pod)["PodScheduled"]["status"] == "True"
 
 
-async def test_watch_resumes_after_dropped_streams_and_relists_after_410(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_watch_resumes_after_dropped_streams_and_relists_after_410(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+) -> None:
     control = kube_api.require_emulator()
     async with running_node(node_config(kube_api, namespace, tmp_path)):
         await create(kube, namespace, "pods", pod_body("one", containers=[{"name": "c", "image": "busybox"}]))
@@ -70,7 +80,9 @@ async def test_watch_resumes_after_dropped_streams_and_relists_after_410(kube_ap
 
         # History compacted while the watch is down (its resume is held 1 s): the resume gets 410
         # and the node sim relists, finding the pod created meanwhile.
-        await control.add_fault_async(action="latency", verb="watch", resource="pods", namespace=namespace, delay_seconds=1.0)
+        await control.add_fault_async(
+            action="latency", verb="watch", resource="pods", namespace=namespace, delay_seconds=1.0
+        )
         await control.cut_watches_async(abrupt=False)
         await create(kube, namespace, "pods", pod_body("three", containers=[{"name": "c", "image": "busybox"}]))
         await control.compact_async()
@@ -79,11 +91,17 @@ async def test_watch_resumes_after_dropped_streams_and_relists_after_410(kube_ap
         await wait_gone(kube, namespace, "one")
 
 
-async def test_status_conflicts_and_api_errors_are_retried(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_status_conflicts_and_api_errors_are_retried(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+) -> None:
     control = kube_api.require_emulator()
     # Two stale-write conflicts on pods/status, and one failed binding.
-    await control.add_fault_async(action="error", verb="update", resource="pods", subresource="status", namespace=namespace, code=409, times=2)
-    await control.add_fault_async(action="error", verb="create", resource="pods", subresource="binding", namespace=namespace, code=500, times=1)
+    await control.add_fault_async(
+        action="error", verb="update", resource="pods", subresource="status", namespace=namespace, code=409, times=2
+    )
+    await control.add_fault_async(
+        action="error", verb="create", resource="pods", subresource="binding", namespace=namespace, code=500, times=1
+    )
     async with running_node(node_config(kube_api, namespace, tmp_path)):
         await create(kube, namespace, "pods", pod_body("busy", containers=[{"name": "c", "image": "busybox"}]))
         pod = await wait_pod(kube, namespace, "busy", lambda p: phase(p) == "Running", what="Running despite conflicts")

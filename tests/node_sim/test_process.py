@@ -10,7 +10,20 @@ from typing import Any
 
 import pytest
 
-from .helpers import Lines, conditions, create, create_secret, cstatus, node_config, phase, pod_body, running_node, wait_gone, wait_pod, wait_until
+from .helpers import (
+    Lines,
+    conditions,
+    create,
+    create_secret,
+    cstatus,
+    node_config,
+    phase,
+    pod_body,
+    running_node,
+    wait_gone,
+    wait_pod,
+    wait_until,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -37,10 +50,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def test_process_pod_runs_with_materialised_secret_volume(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_process_pod_runs_with_materialised_secret_volume(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+) -> None:
     config = {"configure_url": "http://127.0.0.1/octo-org", "min_runners": 1}
     await create_secret(kube, namespace, "listener-config", {"config.json": json.dumps(config)})
-    await kube.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body={"metadata": {"name": "greet"}, "data": {"greeting": "hello"}})
+    await kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        body={"metadata": {"name": "greet"}, "data": {"greeting": "hello"}},
+    )
     container = {
         "name": "listener",
         "image": "python:3.11",
@@ -64,7 +83,9 @@ async def test_process_pod_runs_with_materialised_secret_volume(kube_api: Any, n
     out = Lines()
     async with running_node(node_config(kube_api, namespace, tmp_path), output=out) as node:
         await create(kube, namespace, "pods", body)
-        pod = await wait_pod(kube, namespace, "listener", lambda p: phase(p) in ("Succeeded", "Failed"), what="finished")
+        pod = await wait_pod(
+            kube, namespace, "listener", lambda p: phase(p) in ("Succeeded", "Failed"), what="finished"
+        )
         assert phase(pod) == "Succeeded", out.lines
         assert cstatus(pod)["state"]["terminated"]["exitCode"] == 0
         assert pod["status"]["podIP"] == "127.0.0.1"  # a real local process: the host's address
@@ -78,14 +99,20 @@ async def test_process_pod_runs_with_materialised_secret_volume(kube_api: Any, n
         assert any(line.startswith("argv ") for line in node.logs(namespace, "listener"))
 
 
-async def test_deleting_a_process_pod_stops_the_process(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_deleting_a_process_pod_stops_the_process(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+) -> None:
     # Selected by image (no annotation); ignores SIGTERM, so the node sim must SIGKILL it after the
     # pod's 1 s grace period.
-    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+    script = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+    )
     container = {"name": "main", "image": "ghcr.io/example/runnerscale:dev", "command": [sys.executable, "-c", script]}
     out = Lines()
     async with running_node(node_config(kube_api, namespace, tmp_path), output=out) as node:
-        await create(kube, namespace, "pods", pod_body("sleeper", containers=[container], terminationGracePeriodSeconds=1))
+        await create(
+            kube, namespace, "pods", pod_body("sleeper", containers=[container], terminationGracePeriodSeconds=1)
+        )
         await wait_pod(kube, namespace, "sleeper", lambda p: phase(p) == "Running", what="Running")
         await wait_until(lambda: "[sleeper] up" in out.lines, what="process output")
         pid = node.find(namespace, "sleeper").pids()["main"]
@@ -105,7 +132,9 @@ async def test_crashing_process_restarts_with_backoff(kube_api: Any, namespace: 
     }
     async with running_node(node_config(kube_api, namespace, tmp_path)):
         await create(kube, namespace, "pods", pod_body("crasher", containers=[container], restart_policy="Always"))
-        pod = await wait_pod(kube, namespace, "crasher", lambda p: cstatus(p).get("restartCount", 0) >= 2, what="two restarts")
+        pod = await wait_pod(
+            kube, namespace, "crasher", lambda p: cstatus(p).get("restartCount", 0) >= 2, what="two restarts"
+        )
         cs = cstatus(pod)
         assert phase(pod) == "Running"
         last = cs["lastState"]["terminated"]
@@ -114,7 +143,12 @@ async def test_crashing_process_restarts_with_backoff(kube_api: Any, namespace: 
 
 async def test_unrunnable_command_is_a_start_error(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
     no_command = {"name": "c", "image": "runnerscale:dev"}
-    missing = {"name": "c", "image": "runnerscale:dev", "command": ["/no/such/binary"], "terminationMessagePolicy": "FallbackToLogsOnError"}
+    missing = {
+        "name": "c",
+        "image": "runnerscale:dev",
+        "command": ["/no/such/binary"],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
     async with running_node(node_config(kube_api, namespace, tmp_path)):
         await create(kube, namespace, "pods", pod_body("no-cmd", containers=[no_command], restart_policy="Never"))
         await create(kube, namespace, "pods", pod_body("missing", containers=[missing], restart_policy="Never"))
@@ -134,7 +168,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_probes_drive_readiness_and_liveness_restarts(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_probes_drive_readiness_and_liveness_restarts(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+) -> None:
     port = _free_port()
     server = {
         "name": "web",
@@ -159,7 +195,9 @@ async def test_probes_drive_readiness_and_liveness_restarts(kube_api: Any, names
         pod = await wait_pod(kube, namespace, "web", lambda p: cstatus(p).get("ready") is True, what="ready")
         assert conditions(pod)["Ready"]["status"] == "True"
 
-        pod = await wait_pod(kube, namespace, "doomed", lambda p: cstatus(p).get("restartCount", 0) >= 1, what="restarted by liveness")
+        pod = await wait_pod(
+            kube, namespace, "doomed", lambda p: cstatus(p).get("restartCount", 0) >= 1, what="restarted by liveness"
+        )
         assert cstatus(pod)["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM
         events = await kube.request("GET", f"/api/v1/namespaces/{namespace}/events")
         messages = [e["message"] for e in events["items"] if e["involvedObject"]["name"] == "doomed"]

@@ -8,8 +8,17 @@ import sys
 
 import pytest
 
-from services.node_sim import model
-from services.node_sim.podspec import ConfigError, MountError, StartError, build_command, container_mounts, resolve_env, rewrite_path, volume_files
+from services.embedded.node_sim import model
+from services.embedded.node_sim.podspec import (
+    ConfigError,
+    MountError,
+    StartError,
+    build_command,
+    container_mounts,
+    resolve_env,
+    rewrite_path,
+    volume_files,
+)
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -17,7 +26,11 @@ NOW = "2026-01-01T00:00:00Z"
 def _pod(**spec: object) -> dict:
     base = {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Always"}
     base.update(spec)
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"app": "x"}}, "spec": base, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"app": "x"}},
+        "spec": base,
+        "status": {"phase": "Pending", "qosClass": "BestEffort"},
+    }
 
 
 def _secret(**data: str) -> dict:
@@ -27,7 +40,10 @@ def _secret(**data: str) -> dict:
 def test_pod_kind() -> None:
     runner = _pod(containers=[{"name": "runner", "image": "x", "env": [{"name": model.JIT_ENV, "value": "j"}]}])
     assert model.pod_kind(runner, ["*runnerscale*"]) == "runner"
-    assert model.pod_kind(_pod(containers=[{"name": "c", "image": "ghcr.io/o/runnerscale:1"}]), ["*runnerscale*"]) == "process"
+    assert (
+        model.pod_kind(_pod(containers=[{"name": "c", "image": "ghcr.io/o/runnerscale:1"}]), ["*runnerscale*"])
+        == "process"
+    )
     annotated = _pod()
     annotated["metadata"]["annotations"] = {model.EXEC_ANNOTATION: "true"}
     assert model.pod_kind(annotated, []) == "process"
@@ -38,7 +54,13 @@ def test_pod_kind() -> None:
 
 @pytest.mark.parametrize(
     ("policy", "exits", "phase"),
-    [("Never", [0], "Succeeded"), ("Never", [0, 1], "Failed"), ("OnFailure", [0], "Succeeded"), ("OnFailure", [2], "Running"), ("Always", [0], "Running")],
+    [
+        ("Never", [0], "Succeeded"),
+        ("Never", [0, 1], "Failed"),
+        ("OnFailure", [0], "Succeeded"),
+        ("OnFailure", [2], "Running"),
+        ("Always", [0], "Running"),
+    ],
 )
 def test_phase_of_terminated_containers(policy: str, exits: list[int], phase: str) -> None:
     rt = model.PodRuntime(uid="u", namespace="ns", name="p", scheduled_at=NOW, start_time=NOW, initialized=True)
@@ -70,7 +92,11 @@ def test_render_keeps_unowned_fields_and_transition_times() -> None:
     status = model.render_status(pod, rt, NOW)
     assert status["phase"] == "Running" and status["qosClass"] == "BestEffort"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
-        "PodReadyToStartContainers": "True", "Initialized": "True", "Ready": "True", "ContainersReady": "True", "PodScheduled": "True"
+        "PodReadyToStartContainers": "True",
+        "Initialized": "True",
+        "Ready": "True",
+        "ContainersReady": "True",
+        "PodScheduled": "True",
     }
     pod["status"] = status
     later = model.render_status(pod, rt, "2026-01-01T00:05:00Z")
@@ -80,7 +106,11 @@ def test_render_keeps_unowned_fields_and_transition_times() -> None:
     rt.containers[0].set_waiting("CrashLoopBackOff", "back-off")
     after = model.render_status(pod, rt, "2026-01-01T00:06:00Z")
     ready = next(c for c in after["conditions"] if c["type"] == "Ready")
-    assert ready["status"] == "False" and ready["lastTransitionTime"] == "2026-01-01T00:06:00Z" and ready["reason"] == "ContainersNotReady"
+    assert (
+        ready["status"] == "False"
+        and ready["lastTransitionTime"] == "2026-01-01T00:06:00Z"
+        and ready["reason"] == "ContainersNotReady"
+    )
     cs = after["containerStatuses"][0]
     assert cs["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}
     assert cs["lastState"]["terminated"]["exitCode"] == 1
@@ -91,7 +121,16 @@ def test_unscheduled_render() -> None:
     rt.unschedulable_reason, rt.unschedulable_message = "Unschedulable", "no"
     status = model.render_status(_pod(), rt, NOW)
     assert status["phase"] == "Pending"
-    assert status["conditions"] == [{"type": "PodScheduled", "status": "False", "lastProbeTime": None, "lastTransitionTime": NOW, "reason": "Unschedulable", "message": "no"}]
+    assert status["conditions"] == [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "lastProbeTime": None,
+            "lastTransitionTime": NOW,
+            "reason": "Unschedulable",
+            "message": "no",
+        }
+    ]
 
 
 def test_adopt_marks_running_containers_lost() -> None:
@@ -101,8 +140,13 @@ def test_adopt_marks_running_containers_lost() -> None:
         "phase": "Running",
         "startTime": NOW,
         "podIP": "10.244.1.2",
-        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": NOW}, {"type": "Initialized", "status": "True"}],
-        "containerStatuses": [{"name": "c", "restartCount": 2, "state": {"running": {"startedAt": NOW}}, "lastState": {}}],
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": NOW},
+            {"type": "Initialized", "status": "True"},
+        ],
+        "containerStatuses": [
+            {"name": "c", "restartCount": 2, "state": {"running": {"startedAt": NOW}}, "lastState": {}}
+        ],
     }
     rt = model.adopt_runtime(pod, "plain", "2026-01-01T01:00:00Z")
     c = rt.containers[0]
@@ -144,17 +188,25 @@ def test_resolve_env_refs_and_errors() -> None:
     assert env == {"CM_x": "1", "A": "a", "B": "a-b-$(A)-$(NOPE)", "NAME": "p", "APP": "x", "S": "v"}
 
     with pytest.raises(ConfigError, match='secret "s" not found'):
-        resolve_env(pod, {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}, {("secrets", "s"): None})
+        resolve_env(
+            pod,
+            {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+            {("secrets", "s"): None},
+        )
     with pytest.raises(ConfigError, match="couldn't find key other in Secret ns/s"):
-        resolve_env(pod, {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "other"}}}]}, objects)
+        resolve_env(
+            pod, {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "other"}}}]}, objects
+        )
 
 
 def test_volume_files_and_mount_errors() -> None:
-    pod = _pod(volumes=[
-        {"name": "cfg", "secret": {"secretName": "s", "items": [{"key": "k", "path": "sub/../conf.json"}]}},
-        {"name": "scratch", "emptyDir": {}},
-        {"name": "host", "hostPath": {"path": "/"}},
-    ])
+    pod = _pod(
+        volumes=[
+            {"name": "cfg", "secret": {"secretName": "s", "items": [{"key": "k", "path": "sub/../conf.json"}]}},
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "host", "hostPath": {"path": "/"}},
+        ]
+    )
     files = volume_files(pod, {("secrets", "s"): _secret(k="{}")})
     assert files == {"cfg": [("sub/conf.json", b"{}", 0o644)], "scratch": []}
     with pytest.raises(MountError, match='volume "cfg" : secret "s" not found'):
@@ -162,14 +214,23 @@ def test_volume_files_and_mount_errors() -> None:
 
 
 def test_path_rewriting_and_command() -> None:
-    container = {"volumeMounts": [{"name": "cfg", "mountPath": "/etc/gha-listener"}, {"name": "deep", "mountPath": "/etc/gha-listener/extra/"}]}
+    container = {
+        "volumeMounts": [
+            {"name": "cfg", "mountPath": "/etc/gha-listener"},
+            {"name": "deep", "mountPath": "/etc/gha-listener/extra/"},
+        ]
+    }
     mounts = container_mounts(container, {"cfg": "/tmp/v/cfg", "deep": "/tmp/v/deep"})
     assert rewrite_path("/etc/gha-listener/config.json", mounts) == "/tmp/v/cfg/config.json"
     assert rewrite_path("/etc/gha-listener/extra/x", mounts) == "/tmp/v/deep/x"
     assert rewrite_path("/etc/gha-listener", mounts) == "/tmp/v/cfg"
     assert rewrite_path("/etc/gha-listener-other/x", mounts) == "/etc/gha-listener-other/x"  # whole components only
 
-    argv = build_command({"command": ["runnerscale", "listener"], "args": ["--config", "$(CFG)"]}, {"CFG": "/etc/gha-listener/config.json"}, mounts)
+    argv = build_command(
+        {"command": ["runnerscale", "listener"], "args": ["--config", "$(CFG)"]},
+        {"CFG": "/etc/gha-listener/config.json"},
+        mounts,
+    )
     assert argv == [sys.executable, "-m", "shared.cli", "listener", "--config", "/tmp/v/cfg/config.json"]
     with pytest.raises(StartError):
         build_command({"args": ["x"], "image": "img"}, {}, mounts)
@@ -181,10 +242,18 @@ def test_arc_listener_command_runs_our_listener() -> None:
 
 
 def test_probe_plan_defaults_and_named_ports() -> None:
-    from services.node_sim.probes import probe_plan
+    from services.embedded.node_sim.probes import probe_plan
 
     container = {"ports": [{"name": "health", "containerPort": 8081}]}
     plan = probe_plan({"httpGet": {"path": "/healthz", "port": "health"}}, container, "127.0.0.1")
-    assert (plan.kind, plan.host, plan.port, plan.path, plan.period, plan.timeout, plan.failure_threshold) == ("http", "127.0.0.1", 8081, "/healthz", 10.0, 1.0, 3)
+    assert (plan.kind, plan.host, plan.port, plan.path, plan.period, plan.timeout, plan.failure_threshold) == (
+        "http",
+        "127.0.0.1",
+        8081,
+        "/healthz",
+        10.0,
+        1.0,
+        3,
+    )
     assert probe_plan({"tcpSocket": {"port": "nope"}}, container, "h").error == "unknown port 'nope'"
     assert probe_plan({"exec": {"command": ["true"]}}, container, "h").kind == "unsupported"

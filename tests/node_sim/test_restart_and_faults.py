@@ -9,7 +9,7 @@ import aiohttp
 import anyio
 import pytest
 
-from services.node_sim.control import serve_control
+from services.embedded.node_sim.control import serve_control
 
 from .helpers import conditions, create, cstatus, node_config, phase, pod_body, running_node, wait_pod, wait_until
 from .test_process import _alive
@@ -19,24 +19,52 @@ pytestmark = pytest.mark.anyio
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
-async def test_restart_treats_running_containers_as_lost(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_restart_treats_running_containers_as_lost(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+) -> None:
     cfg = node_config(kube_api, namespace, tmp_path)
     async with running_node(cfg) as node:
         await create(kube, namespace, "pods", pod_body("always", containers=[{"name": "c", "image": "busybox"}]))
-        await create(kube, namespace, "pods", pod_body("never", containers=[{"name": "p", "image": "runnerscale:dev", "command": SLEEP}], restart_policy="Never"))
+        await create(
+            kube,
+            namespace,
+            "pods",
+            pod_body(
+                "never",
+                containers=[{"name": "p", "image": "runnerscale:dev", "command": SLEEP}],
+                restart_policy="Never",
+            ),
+        )
         # `runnerscale ...` runs this checkout's CLI with this interpreter.
-        await create(kube, namespace, "pods", pod_body("done", containers=[{"name": "p", "image": "runnerscale:dev", "command": ["runnerscale", "version"]}], restart_policy="Never"))
+        await create(
+            kube,
+            namespace,
+            "pods",
+            pod_body(
+                "done",
+                containers=[{"name": "p", "image": "runnerscale:dev", "command": ["runnerscale", "version"]}],
+                restart_policy="Never",
+            ),
+        )
         for name in ("always", "never"):
             await wait_pod(kube, namespace, name, lambda p: phase(p) == "Running", what="Running")
         done = await wait_pod(kube, namespace, "done", lambda p: phase(p) == "Succeeded", what="Succeeded")
-        pid = await wait_until(lambda: node.find(namespace, "never") and node.find(namespace, "never").pids().get("p"), what="pid")
+        pid = await wait_until(
+            lambda: node.find(namespace, "never") and node.find(namespace, "never").pids().get("p"), what="pid"
+        )
     # The node sim is gone and took its processes with it.
     await wait_until(lambda: not _alive(pid), timeout=5, what="process stopped with the node sim")
     # A pod created while no node runs waits for one.
     await create(kube, namespace, "pods", pod_body("later", containers=[{"name": "c", "image": "busybox"}]))
 
     async with running_node(cfg):
-        pod = await wait_pod(kube, namespace, "always", lambda p: cstatus(p).get("restartCount") == 1 and "running" in cstatus(p)["state"], what="restarted")
+        pod = await wait_pod(
+            kube,
+            namespace,
+            "always",
+            lambda p: cstatus(p).get("restartCount") == 1 and "running" in cstatus(p)["state"],
+            what="restarted",
+        )
         last = cstatus(pod)["lastState"]["terminated"]
         assert (last["exitCode"], last["reason"]) == (137, "ContainerStatusUnknown")
         assert phase(pod) == "Running"
@@ -59,19 +87,37 @@ async def test_fault_knobs_over_the_control_endpoint(kube_api: Any, namespace: s
         base = f"http://127.0.0.1:{port}"
 
         # Image pull failure: ErrImagePull / ImagePullBackOff until the fault is cleared.
-        await create(kube, namespace, "pods", pod_body("pull", containers=[{"name": "c", "image": "registry.example/broken:1"}]))
-        pod = await wait_pod(kube, namespace, "pull", lambda p: cstatus(p).get("state", {}).get("waiting", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff"), what="pull failure")
+        await create(
+            kube, namespace, "pods", pod_body("pull", containers=[{"name": "c", "image": "registry.example/broken:1"}])
+        )
+        pod = await wait_pod(
+            kube,
+            namespace,
+            "pull",
+            lambda p: (
+                cstatus(p).get("state", {}).get("waiting", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff")
+            ),
+            what="pull failure",
+        )
         assert phase(pod) == "Pending"
         async with http.get(f"{base}/faults") as resp:
             assert (await resp.json())["image_pull"] == ["registry.example/broken*"]
         async with http.delete(f"{base}/faults/image-pull") as resp:
             assert resp.status == 200
-        await wait_pod(kube, namespace, "pull", lambda p: phase(p) == "Running", what="Running after the fault is cleared")
+        await wait_pod(
+            kube, namespace, "pull", lambda p: phase(p) == "Running", what="Running after the fault is cleared"
+        )
 
         # Crash: the container is killed and restarted per restartPolicy Always.
         async with http.post(f"{base}/pods/{namespace}/pull/crash", json={"exit_code": 2}) as resp:
             assert resp.status == 200
-        pod = await wait_pod(kube, namespace, "pull", lambda p: cstatus(p).get("restartCount") == 1 and "running" in cstatus(p)["state"], what="restarted")
+        pod = await wait_pod(
+            kube,
+            namespace,
+            "pull",
+            lambda p: cstatus(p).get("restartCount") == 1 and "running" in cstatus(p)["state"],
+            what="restarted",
+        )
         assert cstatus(pod)["lastState"]["terminated"]["exitCode"] == 2
         async with http.post(f"{base}/pods/{namespace}/nope/crash", json={}) as resp:
             assert resp.status == 404

@@ -9,7 +9,18 @@ import pytest
 
 from shared.actions import ActionsClient, PersonalAccessToken
 
-from .helpers import create, create_secret, cstatus, node_config, phase, pod_body, running_node, wait_gone, wait_pod, wait_until
+from .helpers import (
+    create,
+    create_secret,
+    cstatus,
+    node_config,
+    phase,
+    pod_body,
+    running_node,
+    wait_gone,
+    wait_pod,
+    wait_until,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +39,12 @@ def _runner_pod(name: str, secret: str, *, dind: bool = False) -> dict[str, Any]
         {"name": "ACTIONS_RUNNER_INPUT_JITCONFIG", "valueFrom": {"secretKeyRef": {"name": secret, "key": "jitToken"}}},
         {"name": "ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE", "value": "1"},
     ]
-    runner = {"name": "runner", "image": "ghcr.io/actions/actions-runner:latest", "command": ["/home/runner/run.sh"], "env": env}
+    runner = {
+        "name": "runner",
+        "image": "ghcr.io/actions/actions-runner:latest",
+        "command": ["/home/runner/run.sh"],
+        "env": env,
+    }
     if not dind:
         return pod_body(name, containers=[runner], restart_policy="Never")
     # ARC's dind mode: an init container copying externals and a docker sidecar.
@@ -37,13 +53,17 @@ def _runner_pod(name: str, secret: str, *, dind: bool = False) -> dict[str, Any]
     return pod_body(name, containers=[runner, docker], restart_policy="Never", initContainers=[init])
 
 
-async def test_runner_pod_runs_a_job_and_succeeds(kube_api: Any, namespace: str, kube: Any, tmp_path: Any, actions_sim: Any) -> None:
+async def test_runner_pod_runs_a_job_and_succeeds(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any, actions_sim: Any
+) -> None:
     jit = await _jit_config(actions_sim, "runner-a")
     await create_secret(kube, namespace, "runner-a", {"jitToken": jit})
     await actions_sim.control.enqueue_jobs(count=1, labels=[SCALE_SET], duration=0.2)
     async with running_node(node_config(kube_api, namespace, tmp_path, actions_url=actions_sim.url)):
         await create(kube, namespace, "pods", _runner_pod("runner-a", "runner-a", dind=True))
-        pod = await wait_pod(kube, namespace, "runner-a", lambda p: phase(p) in ("Succeeded", "Failed"), timeout=20, what="finished")
+        pod = await wait_pod(
+            kube, namespace, "runner-a", lambda p: phase(p) in ("Succeeded", "Failed"), timeout=20, what="finished"
+        )
         assert phase(pod) == "Succeeded"
         term = cstatus(pod, "runner")["state"]["terminated"]
         assert term["exitCode"] == 0 and term["reason"] == "Completed"
@@ -57,24 +77,32 @@ async def test_runner_pod_runs_a_job_and_succeeds(kube_api: Any, namespace: str,
     assert [(j.state, j.runner_name) for j in jobs] == [("completed", "runner-a")]
 
 
-async def test_outdated_runner_fails_with_exit_7(kube_api: Any, namespace: str, kube: Any, tmp_path: Any, actions_sim: Any) -> None:
+async def test_outdated_runner_fails_with_exit_7(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any, actions_sim: Any
+) -> None:
     await actions_sim.control.set_min_runner_version("99.0.0")
     jit = await _jit_config(actions_sim, "runner-old")
     await create_secret(kube, namespace, "runner-old", {"jitToken": jit})
     async with running_node(node_config(kube_api, namespace, tmp_path, actions_url=actions_sim.url)):
         await create(kube, namespace, "pods", _runner_pod("runner-old", "runner-old"))
-        pod = await wait_pod(kube, namespace, "runner-old", lambda p: phase(p) in ("Succeeded", "Failed"), timeout=20, what="finished")
+        pod = await wait_pod(
+            kube, namespace, "runner-old", lambda p: phase(p) in ("Succeeded", "Failed"), timeout=20, what="finished"
+        )
         assert phase(pod) == "Failed"
         term = cstatus(pod, "runner")["state"]["terminated"]
         assert term["exitCode"] == 7 and term["reason"] == "Error"
 
 
-async def test_missing_jit_secret_is_a_config_error_until_it_exists(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_missing_jit_secret_is_a_config_error_until_it_exists(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+) -> None:
     async with running_node(node_config(kube_api, namespace, tmp_path)):
         await create(kube, namespace, "pods", _runner_pod("runner-x", "runner-x"))
 
         def config_error(p: dict[str, Any]) -> bool:
-            return (cstatus(p, "runner").get("state") or {}).get("waiting", {}).get("reason") == "CreateContainerConfigError"
+            return (cstatus(p, "runner").get("state") or {}).get("waiting", {}).get(
+                "reason"
+            ) == "CreateContainerConfigError"
 
         pod = await wait_pod(kube, namespace, "runner-x", config_error, what="CreateContainerConfigError")
         assert cstatus(pod, "runner")["state"]["waiting"]["message"] == 'secret "runner-x" not found'
@@ -89,7 +117,9 @@ async def test_missing_jit_secret_is_a_config_error_until_it_exists(kube_api: An
         assert cstatus(pod, "runner")["state"]["terminated"]["exitCode"] == 1
 
 
-async def test_deleting_an_idle_runner_pod_disconnects_the_runner(kube_api: Any, namespace: str, kube: Any, tmp_path: Any, actions_sim: Any) -> None:
+async def test_deleting_an_idle_runner_pod_disconnects_the_runner(
+    kube_api: Any, namespace: str, kube: Any, tmp_path: Any, actions_sim: Any
+) -> None:
     jit = await _jit_config(actions_sim, "runner-idle")
     await create_secret(kube, namespace, "runner-idle", {"jitToken": jit})
     async with running_node(node_config(kube_api, namespace, tmp_path, actions_url=actions_sim.url)):

@@ -100,7 +100,9 @@ async def github_secret(kube: Kube, namespace: str, actions_sim: Any) -> str:
     return "github-config"
 
 
-async def wait_for(predicate: Callable[[], T | Awaitable[T]], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> T:
+async def wait_for(
+    predicate: Callable[[], T | Awaitable[T]], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"
+) -> T:
     """Poll ``predicate`` (sync or async) until it returns something truthy; fail after ``timeout``."""
     last: Any = None
     try:

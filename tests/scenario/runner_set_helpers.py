@@ -12,7 +12,6 @@ import anyio
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.api import EphemeralRunner, EphemeralRunnerSet
 from shared.kube import EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, Conflict, NotFound, ObjectKey
-
 from tests.scenario.conftest import Kube
 
 
@@ -22,7 +21,17 @@ async def sim_scale_set(actions_sim: Any, name: str = "rs-set") -> int:
         return (found or await client.create_scale_set(name)).id
 
 
-async def create_ers(kube: Kube, namespace: str, *, config_url: str, secret: str, scale_set_id: int, name: str = "set", revision: int = 0, proxy: dict | None = None) -> EphemeralRunnerSet:
+async def create_ers(
+    kube: Kube,
+    namespace: str,
+    *,
+    config_url: str,
+    secret: str,
+    scale_set_id: int,
+    name: str = "set",
+    revision: int = 0,
+    proxy: dict | None = None,
+) -> EphemeralRunnerSet:
     body = {
         "apiVersion": "actions.github.com/v1alpha1",
         "kind": "EphemeralRunnerSet",
@@ -40,7 +49,10 @@ async def create_ers(kube: Kube, namespace: str, *, config_url: str, secret: str
                 "githubConfigUrl": config_url,
                 "githubConfigSecret": secret,
                 "runnerScaleSetId": scale_set_id,
-                "spec": {"containers": [{"name": "runner", "image": "ghcr.io/actions/runner:v1"}], "restartPolicy": "Never"},
+                "spec": {
+                    "containers": [{"name": "runner", "image": "ghcr.io/actions/runner:v1"}],
+                    "restartPolicy": "Never",
+                },
                 **({"proxy": proxy} if proxy else {}),
             },
         },
@@ -63,7 +75,9 @@ async def set_runner_status(kube: Kube, er: EphemeralRunner, **status: Any) -> N
     for _ in range(20):
         current = await kube.reader.get(EPHEMERAL_RUNNERS, key)
         try:
-            await kube.writer.patch_status(EPHEMERAL_RUNNERS, key, {"status": status}, resource_version=current.metadata.resource_version)
+            await kube.writer.patch_status(
+                EPHEMERAL_RUNNERS, key, {"status": status}, resource_version=current.metadata.resource_version
+            )
             return
         except Conflict:
             continue
@@ -75,7 +89,9 @@ class FakeRunnerWorker:
     runnerId, phase Running) when ``register`` is on, and removes the finalizers of deleting runners
     (no kubelet/runner worker runs in these scenarios, as in ARC's envtest suites)."""
 
-    def __init__(self, kube: Kube, namespace: str, actions_sim: Any, scale_set_id: int, *, register: bool = True) -> None:
+    def __init__(
+        self, kube: Kube, namespace: str, actions_sim: Any, scale_set_id: int, *, register: bool = True
+    ) -> None:
         self.kube, self.namespace, self.sim, self.scale_set_id = kube, namespace, actions_sim, scale_set_id
         self.register = register
         self.registered: dict[str, int] = {}  # ER name -> runner id
@@ -85,7 +101,12 @@ class FakeRunnerWorker:
             key = EPHEMERAL_RUNNERS.key_of(r)
             if r.metadata.is_deleting:
                 try:
-                    await self.kube.writer.patch_merge(EPHEMERAL_RUNNERS, key, {"metadata": {"finalizers": []}}, resource_version=r.metadata.resource_version)
+                    await self.kube.writer.patch_merge(
+                        EPHEMERAL_RUNNERS,
+                        key,
+                        {"metadata": {"finalizers": []}},
+                        resource_version=r.metadata.resource_version,
+                    )
                 except (Conflict, NotFound):
                     pass
             elif self.register and r.metadata.name not in self.registered and not (r.status and r.status.runner_id):
@@ -95,7 +116,14 @@ class FakeRunnerWorker:
                     await self.kube.writer.patch_status(
                         EPHEMERAL_RUNNERS,
                         key,
-                        {"status": {"phase": "Running", "runnerId": jit.runner.id, "runnerName": r.metadata.name, "ready": True}},
+                        {
+                            "status": {
+                                "phase": "Running",
+                                "runnerId": jit.runner.id,
+                                "runnerName": r.metadata.name,
+                                "ready": True,
+                            }
+                        },
                         resource_version=r.metadata.resource_version,
                     )
                 except (Conflict, NotFound):
@@ -109,7 +137,9 @@ class FakeRunnerWorker:
 
 
 @asynccontextmanager
-async def fake_runner_worker(kube: Kube, namespace: str, actions_sim: Any, scale_set_id: int, *, register: bool = True) -> AsyncIterator[FakeRunnerWorker]:
+async def fake_runner_worker(
+    kube: Kube, namespace: str, actions_sim: Any, scale_set_id: int, *, register: bool = True
+) -> AsyncIterator[FakeRunnerWorker]:
     fake = FakeRunnerWorker(kube, namespace, actions_sim, scale_set_id, register=register)
     async with anyio.create_task_group() as tg:
         tg.start_soon(fake.run)

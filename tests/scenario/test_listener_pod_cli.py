@@ -16,7 +16,9 @@ from tests.scenario.test_listener_pod_worker import config_of, live_pod, setup_o
 pytestmark = pytest.mark.anyio
 
 
-async def test_process_reconciles_and_stops_cleanly_on_sigterm(kube: Kube, namespace: str, kube_api: Any, nats_server: Any) -> None:
+async def test_process_reconciles_and_stops_cleanly_on_sigterm(
+    kube: Kube, namespace: str, kube_api: Any, nats_server: Any
+) -> None:
     if not kube_api.is_emulator:
         pytest.skip("uses the emulator's plain-HTTP URL")
     await setup_objects(kube, namespace)

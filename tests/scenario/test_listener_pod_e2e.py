@@ -4,8 +4,9 @@ talks to the Actions simulator and publishes DesiredState on NATS."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,13 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_node_sim_runs_the_listener_pod_and_it_publishes_desired_state(
-    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings], actions_sim: Any, kube_api: Any, bus: Bus, tmp_path: Path
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    actions_sim: Any,
+    kube_api: Any,
+    bus: Bus,
+    tmp_path: Path,
 ) -> None:
     await require_crds(kube)
     async with ActionsClient.from_config(actions_sim.config_url(), PersonalAccessToken(actions_sim.pat)) as client:
@@ -34,11 +41,23 @@ async def test_node_sim_runs_the_listener_pod_and_it_publishes_desired_state(
     await kube.writer.create(AUTOSCALING_RUNNER_SETS, ars)
     await kube.writer.create(
         AUTOSCALING_LISTENERS,
-        al_body(namespace, "github-config", githubConfigUrl=actions_sim.config_url(), runnerScaleSetId=scale_set.id, minRunners=2, maxRunners=5),
+        al_body(
+            namespace,
+            "github-config",
+            githubConfigUrl=actions_sim.config_url(),
+            runnerScaleSetId=scale_set.id,
+            minRunners=2,
+            maxRunners=5,
+        ),
     )
     options = ReconcilerOptions(
         # A real image name is irrelevant to the node simulator: the annotation makes it a process pod.
-        settings=d.ListenerPodSettings(image="example.com/runnerscale:e2e", metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0", log_level="debug"),
+        settings=d.ListenerPodSettings(
+            image="example.com/runnerscale:e2e",
+            metrics_addr="127.0.0.1:0",
+            health_addr="127.0.0.1:0",
+            log_level="debug",
+        ),
         resync_seconds=30.0,
     )
     async with running_node(node_config(kube_api, namespace, tmp_path)) as node:
@@ -64,14 +83,19 @@ async def test_node_sim_runs_the_listener_pod_and_it_publishes_desired_state(
             assert (state.ers.namespace, state.ers.name) == (namespace, ARS_NAME)
             assert state.replicas == 2, "min runners, no jobs"
             labels = dict(name=AL_NAME, namespace=namespace, repository="", organization="octo-org", enterprise="")
-            await wait_for(lambda: metric(registry, "gha_controller_running_listeners", **labels) == 1, what="running gauge")
+            await wait_for(
+                lambda: metric(registry, "gha_controller_running_listeners", **labels) == 1, what="running gauge"
+            )
 
             # A config change must reach the *running* listener: the Secret data is rewritten, the
             # pod restarted (config revision), and the new process publishes the new level.
             first_uid = (await kube.reader.get(PODS, ObjectKey(namespace, AL_NAME))).metadata.uid
             al = await kube.reader.get(AUTOSCALING_LISTENERS, ObjectKey(namespace, AL_NAME))
             await kube.writer.patch_merge(
-                AUTOSCALING_LISTENERS, ObjectKey(namespace, AL_NAME), {"spec": {"minRunners": 3}}, resource_version=al.metadata.resource_version
+                AUTOSCALING_LISTENERS,
+                ObjectKey(namespace, AL_NAME),
+                {"spec": {"minRunners": 3}},
+                resource_version=al.metadata.resource_version,
             )
 
             async def republished() -> DesiredState | None:
@@ -79,7 +103,9 @@ async def test_node_sim_runs_the_listener_pod_and_it_publishes_desired_state(
                 return msg if msg is not None and msg.replicas == 3 else None
 
             try:
-                state = await wait_for(republished, timeout=45, what="DesiredState with the new minRunners from the restarted listener")
+                state = await wait_for(
+                    republished, timeout=45, what="DesiredState with the new minRunners from the restarted listener"
+                )
             except AssertionError:
                 print("\n".join(node.logs(namespace, AL_NAME) or []))
                 raise

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.listener.config import parse_config
 from services.listener_pod import desired as d
 from services.listener_pod.metrics import listener_pod_metrics
 from services.listener_pod.reconciler import ListenerPodReconciler, ReconcilerOptions
@@ -33,6 +32,7 @@ from shared.kube import (
     SERVICE_ACCOUNTS,
     ObjectKey,
 )
+from shared.listener_config import parse_config
 from shared.worker import WorkerHandle, WorkerSettings, running_worker
 from tests.scenario.conftest import Kube, create_secret, require_crds, wait_for
 
@@ -45,7 +45,12 @@ IMAGE = "example.com/runnerscale:test"
 
 def make_options(**settings: Any) -> ReconcilerOptions:
     base = d.ListenerPodSettings(image=IMAGE, metrics_addr="127.0.0.1:18080", health_addr="127.0.0.1:18081")
-    return ReconcilerOptions(settings=replace(base, **settings), backoff=d.Backoff(base=0.2, cap=1.0), resync_seconds=30.0, cleanup_requeue_seconds=0.2)
+    return ReconcilerOptions(
+        settings=replace(base, **settings),
+        backoff=d.Backoff(base=0.2, cap=1.0),
+        resync_seconds=30.0,
+        cleanup_requeue_seconds=0.2,
+    )
 
 
 def ars_body(namespace: str, secret: str) -> dict[str, Any]:
@@ -58,7 +63,9 @@ def ars_body(namespace: str, secret: str) -> dict[str, Any]:
             "githubConfigSecret": secret,
             "minRunners": 0,
             "maxRunners": 3,
-            "template": {"spec": {"containers": [{"name": "runner", "image": "ghcr.io/actions/actions-runner:latest"}]}},
+            "template": {
+                "spec": {"containers": [{"name": "runner", "image": "ghcr.io/actions/actions-runner:latest"}]}
+            },
         },
     }
 
@@ -70,7 +77,10 @@ def al_body(namespace: str, secret: str, **spec: Any) -> dict[str, Any]:
         "metadata": {
             "name": AL_NAME,
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/component": "runner-scale-set-listener", "arc.test/listener-label": "initial"},
+            "labels": {
+                "app.kubernetes.io/component": "runner-scale-set-listener",
+                "arc.test/listener-label": "initial",
+            },
         },
         "spec": {
             "githubConfigUrl": "https://github.com/octo-org/octo-repo",
@@ -92,7 +102,9 @@ def al_body(namespace: str, secret: str, **spec: Any) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def listener_pod_worker(settings: WorkerSettings, options: ReconcilerOptions | None = None) -> AsyncIterator[tuple[WorkerHandle, CollectorRegistry]]:
+async def listener_pod_worker(
+    settings: WorkerSettings, options: ReconcilerOptions | None = None
+) -> AsyncIterator[tuple[WorkerHandle, CollectorRegistry]]:
     registry = CollectorRegistry()
     async with running_worker(NAME, settings, make_setup(options or make_options()), registry=registry) as handle:
         await handle.wait_ready()
@@ -139,7 +151,9 @@ async def config_of(kube: Kube, namespace: str) -> Any:
 # --- creation -------------------------------------------------------------------------------------------
 
 
-async def test_creates_service_account_role_binding_config_and_pod(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_creates_service_account_role_binding_config_and_pod(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()) as (handle, registry):
         pod = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
@@ -179,10 +193,23 @@ async def test_creates_service_account_role_binding_config_and_pod(kube: Kube, n
         assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert pod.spec["serviceAccountName"] == AL_NAME
-        assert metric(registry, "gha_controller_running_listeners", name=AL_NAME, namespace=namespace, repository="octo-repo", organization="octo-org", enterprise="") == 0
+        assert (
+            metric(
+                registry,
+                "gha_controller_running_listeners",
+                name=AL_NAME,
+                namespace=namespace,
+                repository="octo-repo",
+                organization="octo-org",
+                enterprise="",
+            )
+            == 0
+        )
 
 
-async def test_server_defaulted_pod_is_not_recreated(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_server_defaulted_pod_is_not_recreated(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     """The emulator's admission adds dnsPolicy, tolerations, the kube-api-access volume, port
     protocols ...: a derivative comparison must leave that pod alone across many reconciles."""
     key = await setup_objects(kube, namespace)
@@ -198,7 +225,16 @@ async def test_server_defaulted_pod_is_not_recreated(kube: Kube, namespace: str,
             assert pod is not None and not pod.metadata.is_deleting
             uids.add(pod.metadata.uid)
         assert uids == {first.metadata.uid}
-        assert metric(registry, "runnerscale_listener_pod_recreations_total", name=AL_NAME, namespace=namespace, reason="spec-drift") == 0
+        assert (
+            metric(
+                registry,
+                "runnerscale_listener_pod_recreations_total",
+                name=AL_NAME,
+                namespace=namespace,
+                reason="spec-drift",
+            )
+            == 0
+        )
 
 
 # --- drift ------------------------------------------------------------------------------------------------
@@ -212,12 +248,19 @@ async def wait_new_pod(kube: Kube, namespace: str, old_uid: str) -> Any:
     return await wait_for(fresh, what="a recreated listener pod")
 
 
-async def test_image_drift_recreates_exactly_once(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_image_drift_recreates_exactly_once(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()) as (handle, registry):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
         al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
-        await kube.writer.patch_merge(AUTOSCALING_LISTENERS, key, {"spec": {"image": "example.com/runnerscale:v2"}}, resource_version=al.metadata.resource_version)
+        await kube.writer.patch_merge(
+            AUTOSCALING_LISTENERS,
+            key,
+            {"spec": {"image": "example.com/runnerscale:v2"}},
+            resource_version=al.metadata.resource_version,
+        )
         second = await wait_new_pod(kube, namespace, first.metadata.uid)
         assert second.spec["containers"][0]["image"] == "example.com/runnerscale:v2"
         for _ in range(3):
@@ -225,22 +268,44 @@ async def test_image_drift_recreates_exactly_once(kube: Kube, namespace: str, wo
             await wait_for(lambda: settled(handle), what="reconcile done")
         third = await live_pod(kube, namespace)
         assert third.metadata.uid == second.metadata.uid, "exactly one recreation"
-        assert metric(registry, "runnerscale_listener_pod_recreations_total", name=AL_NAME, namespace=namespace, reason="spec-drift") == 1
+        assert (
+            metric(
+                registry,
+                "runnerscale_listener_pod_recreations_total",
+                name=AL_NAME,
+                namespace=namespace,
+                reason="spec-drift",
+            )
+            == 1
+        )
 
 
-async def test_added_template_container_recreates(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_added_template_container_recreates(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
         al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
-        template = {"spec": {"containers": [{"name": "listener", "resources": {"limits": {"memory": "256Mi"}}}, {"name": "sidecar", "image": "busybox:1"}]}}
-        await kube.writer.patch_merge(AUTOSCALING_LISTENERS, key, {"spec": {"template": template}}, resource_version=al.metadata.resource_version)
+        template = {
+            "spec": {
+                "containers": [
+                    {"name": "listener", "resources": {"limits": {"memory": "256Mi"}}},
+                    {"name": "sidecar", "image": "busybox:1"},
+                ]
+            }
+        }
+        await kube.writer.patch_merge(
+            AUTOSCALING_LISTENERS, key, {"spec": {"template": template}}, resource_version=al.metadata.resource_version
+        )
         second = await wait_new_pod(kube, namespace, first.metadata.uid)
         assert [c["name"] for c in second.spec["containers"]] == ["listener", "sidecar"]
         assert second.spec["containers"][0]["resources"]["limits"]["memory"] == "256Mi"
 
 
-async def test_credential_rotation_rewrites_secret_data_and_restarts_pod(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_credential_rotation_rewrites_secret_data_and_restarts_pod(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     """Better than ARC (which regressed to rewriting only an annotation): the config DATA follows
     the GitHub secret, and the pod restarts because the config resourceVersion moved."""
     key = await setup_objects(kube, namespace)
@@ -249,28 +314,60 @@ async def test_credential_rotation_rewrites_secret_data_and_restarts_pod(kube: K
         cfg_secret = await get(kube, SECRETS, namespace, f"{AL_NAME}-config")
         gh = await get(kube, SECRETS, namespace, "github-config")
         new_token = base64.b64encode(b"ghp_rotated_token_value").decode()
-        await kube.writer.patch_merge(SECRETS, ObjectKey(namespace, "github-config"), {"data": {"github_token": new_token}}, resource_version=gh.metadata.resource_version)
+        await kube.writer.patch_merge(
+            SECRETS,
+            ObjectKey(namespace, "github-config"),
+            {"data": {"github_token": new_token}},
+            resource_version=gh.metadata.resource_version,
+        )
         kick(handle, key)  # the resync in production; secrets are not watched
         second = await wait_new_pod(kube, namespace, first.metadata.uid)
         rotated = await get(kube, SECRETS, namespace, f"{AL_NAME}-config")
         assert rotated.metadata.uid == cfg_secret.metadata.uid, "the Secret is rewritten in place"
         assert parse_config(rotated.decoded("config.json")).github_token == "ghp_rotated_token_value"
-        assert second.metadata.annotations[ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION] == rotated.metadata.resource_version
-        assert metric(registry, "runnerscale_listener_pod_recreations_total", name=AL_NAME, namespace=namespace, reason="config-changed") == 1
-        assert metric(registry, "runnerscale_listener_config_writes_total", name=AL_NAME, namespace=namespace, reason="changed") == 1
+        assert (
+            second.metadata.annotations[ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION]
+            == rotated.metadata.resource_version
+        )
+        assert (
+            metric(
+                registry,
+                "runnerscale_listener_pod_recreations_total",
+                name=AL_NAME,
+                namespace=namespace,
+                reason="config-changed",
+            )
+            == 1
+        )
+        assert (
+            metric(
+                registry,
+                "runnerscale_listener_config_writes_total",
+                name=AL_NAME,
+                namespace=namespace,
+                reason="changed",
+            )
+            == 1
+        )
 
 
-async def test_spec_change_rewrites_config(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_spec_change_rewrites_config(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
         al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
-        await kube.writer.patch_merge(AUTOSCALING_LISTENERS, key, {"spec": {"maxRunners": 20}}, resource_version=al.metadata.resource_version)
+        await kube.writer.patch_merge(
+            AUTOSCALING_LISTENERS, key, {"spec": {"maxRunners": 20}}, resource_version=al.metadata.resource_version
+        )
         await wait_new_pod(kube, namespace, first.metadata.uid)
         assert (await config_of(kube, namespace)).max_runners == 20
 
 
-async def test_metadata_changes_propagate_without_recreation(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_metadata_changes_propagate_without_recreation(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     """ARC §7.4 #4: label/metadata updates reach SA, Role, RoleBinding, config Secret and pod."""
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
@@ -278,7 +375,10 @@ async def test_metadata_changes_propagate_without_recreation(kube: Kube, namespa
         al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
         patch = {
             "metadata": {"labels": {"arc.test/listener-label": "updated"}},
-            "spec": {"serviceAccountMetadata": {"annotations": {"sa": "updated", "sa2": "added"}}, "roleMetadata": {"annotations": {"role": "updated"}}},
+            "spec": {
+                "serviceAccountMetadata": {"annotations": {"sa": "updated", "sa2": "added"}},
+                "roleMetadata": {"annotations": {"role": "updated"}},
+            },
         }
         await kube.writer.patch_merge(AUTOSCALING_LISTENERS, key, patch, resource_version=al.metadata.resource_version)
 
@@ -297,12 +397,19 @@ async def test_metadata_changes_propagate_without_recreation(kube: Kube, namespa
         assert (await live_pod(kube, namespace)).metadata.uid == first.metadata.uid
 
 
-async def test_role_follows_the_runner_set_name(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_role_follows_the_runner_set_name(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
         al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
-        await kube.writer.patch_merge(AUTOSCALING_LISTENERS, key, {"spec": {"ephemeralRunnerSetName": "arc-set-updated"}}, resource_version=al.metadata.resource_version)
+        await kube.writer.patch_merge(
+            AUTOSCALING_LISTENERS,
+            key,
+            {"spec": {"ephemeralRunnerSetName": "arc-set-updated"}},
+            resource_version=al.metadata.resource_version,
+        )
 
         async def updated() -> bool:
             role = await get(kube, ROLES, namespace, AL_NAME)
@@ -316,29 +423,71 @@ async def test_role_follows_the_runner_set_name(kube: Kube, namespace: str, work
 
 async def set_pod_status(kube: Kube, namespace: str, status: dict[str, Any]) -> None:
     pod = await live_pod(kube, namespace)
-    await kube.writer.patch_status(PODS, ObjectKey(namespace, AL_NAME), {"status": status}, resource_version=pod.metadata.resource_version)
+    await kube.writer.patch_status(
+        PODS, ObjectKey(namespace, AL_NAME), {"status": status}, resource_version=pod.metadata.resource_version
+    )
 
 
-async def test_terminated_listener_is_recreated_and_counted(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_terminated_listener_is_recreated_and_counted(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     """ARC §7.4 #5 and #9: a terminated listener container or an evicted pod gets a new pod; the
     config Secret is kept."""
     await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()) as (handle, registry):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
         cfg_uid = (await get(kube, SECRETS, namespace, f"{AL_NAME}-config")).metadata.uid
-        running = {"phase": "Running", "containerStatuses": [{"name": "listener", "ready": True, "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}]}
+        running = {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": "listener", "ready": True, "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}
+            ],
+        }
         await set_pod_status(kube, namespace, running)
         labels = dict(name=AL_NAME, namespace=namespace, repository="octo-repo", organization="octo-org", enterprise="")
-        await wait_for(lambda: metric(registry, "gha_controller_running_listeners", **labels) == 1, what="running gauge 1")
+        await wait_for(
+            lambda: metric(registry, "gha_controller_running_listeners", **labels) == 1, what="running gauge 1"
+        )
 
-        await set_pod_status(kube, namespace, {"phase": "Failed", "containerStatuses": [{"name": "listener", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]})
+        await set_pod_status(
+            kube,
+            namespace,
+            {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {"name": "listener", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}
+                ],
+            },
+        )
         second = await wait_new_pod(kube, namespace, first.metadata.uid)
-        assert metric(registry, "runnerscale_listener_pod_recreations_total", name=AL_NAME, namespace=namespace, reason="terminated") == 1
+        assert (
+            metric(
+                registry,
+                "runnerscale_listener_pod_recreations_total",
+                name=AL_NAME,
+                namespace=namespace,
+                reason="terminated",
+            )
+            == 1
+        )
         assert metric(registry, "gha_controller_running_listeners", **labels) == 0
 
-        await set_pod_status(kube, namespace, {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."})
+        await set_pod_status(
+            kube,
+            namespace,
+            {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."},
+        )
         await wait_new_pod(kube, namespace, second.metadata.uid)
-        assert metric(registry, "runnerscale_listener_pod_recreations_total", name=AL_NAME, namespace=namespace, reason="evicted") == 1
+        assert (
+            metric(
+                registry,
+                "runnerscale_listener_pod_recreations_total",
+                name=AL_NAME,
+                namespace=namespace,
+                reason="evicted",
+            )
+            == 1
+        )
         assert (await get(kube, SECRETS, namespace, f"{AL_NAME}-config")).metadata.uid == cfg_uid
 
         events = await kube.reader.list(EVENTS, namespace=namespace)
@@ -349,7 +498,9 @@ async def test_terminated_listener_is_recreated_and_counted(kube: Kube, namespac
         assert record.failures == 2, "consecutive failures drive the recreation backoff"
 
 
-async def test_deleted_pod_is_recreated(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_deleted_pod_is_recreated(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
@@ -382,7 +533,9 @@ async def test_deletion_chain(kube: Kube, namespace: str, worker_settings: Calla
         await wait_for(all_gone, timeout=30, what="pod, secret, role binding, role, SA and the AL gone")
 
 
-async def test_listener_of_a_deleted_runner_set_is_deleted(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_listener_of_a_deleted_runner_set_is_deleted(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
@@ -395,13 +548,18 @@ async def test_listener_of_a_deleted_runner_set_is_deleted(kube: Kube, namespace
 
 
 async def _gone(kube: Kube, namespace: str) -> bool:
-    return await get(kube, AUTOSCALING_LISTENERS, namespace, AL_NAME) is None and await get(kube, ROLES, namespace, AL_NAME) is None
+    return (
+        await get(kube, AUTOSCALING_LISTENERS, namespace, AL_NAME) is None
+        and await get(kube, ROLES, namespace, AL_NAME) is None
+    )
 
 
 # --- bad input and conflicts ----------------------------------------------------------------------------------
 
 
-async def test_missing_github_secret_is_an_event_not_a_crash(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_missing_github_secret_is_an_event_not_a_crash(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     await require_crds(kube)
     await kube.writer.create(AUTOSCALING_RUNNER_SETS, ars_body(namespace, "nope"))
     await kube.writer.create(AUTOSCALING_LISTENERS, al_body(namespace, "nope"))
@@ -418,28 +576,41 @@ async def test_missing_github_secret_is_an_event_not_a_crash(kube: Kube, namespa
         await wait_for(lambda: live_pod(kube, namespace), what="pod once the secret exists")
 
 
-async def test_conflicts_on_writes_converge(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings], kube_api: Any) -> None:
+async def test_conflicts_on_writes_converge(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings], kube_api: Any
+) -> None:
     """409 on the finalizer patch, the config Secret rewrite and the pod create path: re-read, decide
     again, converge to one pod carrying the latest config revision."""
     control = kube_api.require_emulator()
     key = await setup_objects(kube, namespace)
     ids = [
-        control.add_fault(action="error", code=409, verb="patch", resource="autoscalinglisteners", namespace=namespace, times=2),
+        control.add_fault(
+            action="error", code=409, verb="patch", resource="autoscalinglisteners", namespace=namespace, times=2
+        ),
         control.add_fault(action="error", code=409, verb="create", resource="pods", namespace=namespace, times=1),
     ]
     try:
         async with listener_pod_worker(worker_settings()) as (handle, _):
             first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod despite conflicts")
-            ids.append(control.add_fault(action="error", code=409, verb="patch", resource="secrets", namespace=namespace, times=1))
+            ids.append(
+                control.add_fault(
+                    action="error", code=409, verb="patch", resource="secrets", namespace=namespace, times=1
+                )
+            )
             al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
-            await kube.writer.patch_merge(AUTOSCALING_LISTENERS, key, {"spec": {"minRunners": 2}}, resource_version=al.metadata.resource_version)
+            await kube.writer.patch_merge(
+                AUTOSCALING_LISTENERS, key, {"spec": {"minRunners": 2}}, resource_version=al.metadata.resource_version
+            )
             second = await wait_new_pod(kube, namespace, first.metadata.uid)
             secret = await get(kube, SECRETS, namespace, f"{AL_NAME}-config")
             assert parse_config(secret.decoded("config.json")).min_runners == 2
             await wait_for(lambda: settled(handle), what="settled")
             pods = await kube.reader.list(PODS, namespace=namespace)
             assert [p.metadata.uid for p in pods.items] == [second.metadata.uid]
-            assert second.metadata.annotations[ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION] == secret.metadata.resource_version
+            assert (
+                second.metadata.annotations[ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION]
+                == secret.metadata.resource_version
+            )
             active = {rule.id for rule in control.faults()}
             assert not active & set(ids), "every injected 409 was hit"
     finally:
@@ -465,7 +636,10 @@ async def test_worker_restart_keeps_a_current_pod_and_recreates_a_legacy_one_onc
         assert (await live_pod(kube, namespace)).metadata.uid == first.metadata.uid
     pod = await live_pod(kube, namespace)
     await kube.writer.patch_merge(
-        PODS, ObjectKey(namespace, AL_NAME), {"metadata": {"annotations": {ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION: None}}}, resource_version=pod.metadata.resource_version
+        PODS,
+        ObjectKey(namespace, AL_NAME),
+        {"metadata": {"annotations": {ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION: None}}},
+        resource_version=pod.metadata.resource_version,
     )
     async with listener_pod_worker(worker_settings()) as (handle, registry):
         second = await wait_new_pod(kube, namespace, first.metadata.uid)
@@ -474,14 +648,28 @@ async def test_worker_restart_keeps_a_current_pod_and_recreates_a_legacy_one_onc
             kick(handle, key)
             await wait_for(lambda: settled(handle), what="settled")
         assert (await live_pod(kube, namespace)).metadata.uid == second.metadata.uid
-        assert metric(registry, "runnerscale_listener_pod_recreations_total", name=AL_NAME, namespace=namespace, reason="config-changed") == 1
+        assert (
+            metric(
+                registry,
+                "runnerscale_listener_pod_recreations_total",
+                name=AL_NAME,
+                namespace=namespace,
+                reason="config-changed",
+            )
+            == 1
+        )
 
 
-async def test_two_replicas_do_not_fight_over_the_pod(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_two_replicas_do_not_fight_over_the_pod(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     """Two replicas: the AL's shard belongs to one of them, so there is exactly one pod and no
     recreation, whichever replica a wake-up reaches."""
     key = await setup_objects(kube, namespace)
-    async with listener_pod_worker(worker_settings("r0")) as (h0, reg0), listener_pod_worker(worker_settings("r1")) as (h1, reg1):
+    async with (
+        listener_pod_worker(worker_settings("r0")) as (h0, reg0),
+        listener_pod_worker(worker_settings("r1")) as (h1, reg1),
+    ):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
         for _ in range(3):
             kick(h0, key)
@@ -492,10 +680,21 @@ async def test_two_replicas_do_not_fight_over_the_pod(kube: Kube, namespace: str
         assert [p.metadata.uid for p in pods.items] == [first.metadata.uid]
         for reg in (reg0, reg1):
             for reason in ("spec-drift", "config-changed", "foreign-owner"):
-                assert metric(reg, "runnerscale_listener_pod_recreations_total", name=AL_NAME, namespace=namespace, reason=reason) == 0
+                assert (
+                    metric(
+                        reg,
+                        "runnerscale_listener_pod_recreations_total",
+                        name=AL_NAME,
+                        namespace=namespace,
+                        reason=reason,
+                    )
+                    == 0
+                )
 
 
-async def test_config_the_listener_would_reject_is_never_shipped(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_config_the_listener_would_reject_is_never_shipped(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     """runnerScaleSetId 0 passes the AL schema but not the listener's parser: Warning Event, no
     Secret, no pod (ARC validates the config before writing it, too)."""
     await setup_objects(kube, namespace, runnerScaleSetId=0)
@@ -510,19 +709,26 @@ async def test_config_the_listener_would_reject_is_never_shipped(kube: Kube, nam
         assert await live_pod(kube, namespace) is None
 
 
-async def test_tls_ca_and_proxy_credentials_reach_the_config(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]) -> None:
+async def test_tls_ca_and_proxy_credentials_reach_the_config(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     """ARC §7.4 #10/#12: the CA from the ConfigMap becomes server_root_ca; proxy credentials from
     their Secret become URL user-info (runnerscale keeps them in the config Secret, no proxy Secret)."""
     from services.listener_pod.reconciler import CONFIG_MAPS
 
     ca = "-----BEGIN CERTIFICATE-----\nMIIBtest\n-----END CERTIFICATE-----\n"
-    await kube.writer.create(CONFIG_MAPS, {"metadata": {"name": "ca-bundle", "namespace": namespace}, "data": {"ca.crt": ca}})
+    await kube.writer.create(
+        CONFIG_MAPS, {"metadata": {"name": "ca-bundle", "namespace": namespace}, "data": {"ca.crt": ca}}
+    )
     await create_secret(kube, namespace, "proxy-creds", {"username": "proxyuser", "password": "proxy pass"})
     await setup_objects(
         kube,
         namespace,
         githubServerTLS={"certificateFrom": {"configMapKeyRef": {"name": "ca-bundle", "key": "ca.crt"}}},
-        proxy={"https": {"url": "http://proxy.example.com:3128", "credentialSecretRef": "proxy-creds"}, "noProxy": ["example.org"]},
+        proxy={
+            "https": {"url": "http://proxy.example.com:3128", "credentialSecretRef": "proxy-creds"},
+            "noProxy": ["example.org"],
+        },
     )
     async with listener_pod_worker(worker_settings()):
         await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
@@ -539,14 +745,24 @@ async def test_recreation_waits_for_the_backoff(kube: Kube, namespace: str) -> N
     key = await setup_objects(kube, namespace)
     now = [1000.0]
     opts = replace(make_options(), backoff=d.Backoff(base=10.0, cap=100.0))
-    rec = ListenerPodReconciler(kube.client, opts, metrics=listener_pod_metrics(CollectorRegistry()), clock=lambda: now[0])
+    rec = ListenerPodReconciler(
+        kube.client, opts, metrics=listener_pod_metrics(CollectorRegistry()), clock=lambda: now[0]
+    )
     await rec.reconcile(key)
     assert await live_pod(kube, namespace) is not None
     for failures in (1, 2, 3):
-        await set_pod_status(kube, namespace, {"phase": "Failed", "containerStatuses": [{"name": "listener", "state": {"terminated": {"exitCode": 2}}}]})
+        await set_pod_status(
+            kube,
+            namespace,
+            {"phase": "Failed", "containerStatuses": [{"name": "listener", "state": {"terminated": {"exitCode": 2}}}]},
+        )
         result = await rec.reconcile(key)  # deletes the failed pod
-        assert result is not None and result.requeue_after == max(opts.cleanup_requeue_seconds, opts.backoff.delay(failures))
-        await kube.writer.delete(PODS, ObjectKey(namespace, AL_NAME), grace_period_seconds=0, missing_ok=True)  # no kubelet here
+        assert result is not None and result.requeue_after == max(
+            opts.cleanup_requeue_seconds, opts.backoff.delay(failures)
+        )
+        await kube.writer.delete(
+            PODS, ObjectKey(namespace, AL_NAME), grace_period_seconds=0, missing_ok=True
+        )  # no kubelet here
         result = await rec.reconcile(key)
         if failures == 1:
             assert await live_pod(kube, namespace) is not None, "the first failure is recreated at once"
@@ -558,7 +774,9 @@ async def test_recreation_waits_for_the_backoff(kube: Kube, namespace: str) -> N
         assert await live_pod(kube, namespace) is not None, "after the window the pod is recreated"
 
 
-async def test_bus_wake_up_reconciles_the_listener(kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings], bus: Any) -> None:
+async def test_bus_wake_up_reconciles_the_listener(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings], bus: Any
+) -> None:
     """``ResourceChanged`` on ``runnerscale.changes.autoscalinglistener.<ns>.<name>`` (e.g. the
     scale-set worker after rotating something the AL does not show) wakes the worker at once."""
     from shared.bus import ResourceChanged, ResourceRef
@@ -568,7 +786,14 @@ async def test_bus_wake_up_reconciles_the_listener(kube: Kube, namespace: str, w
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
         gh = await get(kube, SECRETS, namespace, "github-config")
         new_token = base64.b64encode(b"ghp_woken_by_the_bus").decode()
-        await kube.writer.patch_merge(SECRETS, ObjectKey(namespace, "github-config"), {"data": {"github_token": new_token}}, resource_version=gh.metadata.resource_version)
-        await bus.publish(ResourceChanged(resource_kind="AutoscalingListener", ref=ResourceRef(key.namespace, key.name)))
+        await kube.writer.patch_merge(
+            SECRETS,
+            ObjectKey(namespace, "github-config"),
+            {"data": {"github_token": new_token}},
+            resource_version=gh.metadata.resource_version,
+        )
+        await bus.publish(
+            ResourceChanged(resource_kind="AutoscalingListener", ref=ResourceRef(key.namespace, key.name))
+        )
         await wait_new_pod(kube, namespace, first.metadata.uid)
         assert (await config_of(kube, namespace)).github_token == "ghp_woken_by_the_bus"

@@ -7,7 +7,6 @@ import pytest
 
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.kube import EPHEMERAL_RUNNERS
-
 from tests.scenario.conftest import wait_for
 from tests.scenario.test_runner_helpers import FAST, register_scale_set, runner_env, start_runner_env  # noqa: F401 - fixture
 
@@ -46,7 +45,9 @@ async def test_runner_name_taken_by_another_scale_set_deletes_the_er(runner_env)
 
 async def test_garbled_jit_config_is_an_event_and_recovers(runner_env):
     env = runner_env
-    await env.sim.control.set_fault("generate_jit_config", kind="status", status=200, body='{"runner": "garbage"', count=None)
+    await env.sim.control.set_fault(
+        "generate_jit_config", kind="status", status=200, body='{"runner": "garbage"', count=None
+    )
     await env.create_er("er-garbled")
 
     async def warned():
@@ -60,7 +61,13 @@ async def test_garbled_jit_config_is_an_event_and_recovers(runner_env):
     await wait_for(lambda: _runner_id(env, "er-garbled"), timeout=30, what="registered after the fault cleared")
     await env.wait_pod("er-garbled")
     # well-formed JSON, but an unusable answer (no runner id, no config): same treatment
-    await env.sim.control.set_fault("generate_jit_config", kind="status", status=200, body='{"runner": {"id": 0}, "encodedJITConfig": ""}', count=None)
+    await env.sim.control.set_fault(
+        "generate_jit_config",
+        kind="status",
+        status=200,
+        body='{"runner": {"id": 0}, "encodedJITConfig": ""}',
+        count=None,
+    )
     await env.create_er("er-empty")
 
     async def unusable():
@@ -75,11 +82,27 @@ async def test_garbled_jit_config_is_an_event_and_recovers(runner_env):
 async def test_conflicts_on_status_patch_converge(runner_env, kube_api):
     env = runner_env
     control = kube_api.require_emulator()
-    await control.add_fault_async(action="error", code=409, verb="patch", resource="ephemeralrunners", subresource="status", namespace=env.namespace, times=3)
+    await control.add_fault_async(
+        action="error",
+        code=409,
+        verb="patch",
+        resource="ephemeralrunners",
+        subresource="status",
+        namespace=env.namespace,
+        times=3,
+    )
     await env.create_er("er-409")
     await wait_for(lambda: _runner_id(env, "er-409"), what="runnerId despite 409s")
     _, pod = await _pod(env, "er-409")
-    await control.add_fault_async(action="error", code=409, verb="patch", resource="ephemeralrunners", subresource="status", namespace=env.namespace, times=2)
+    await control.add_fault_async(
+        action="error",
+        code=409,
+        verb="patch",
+        resource="ephemeralrunners",
+        subresource="status",
+        namespace=env.namespace,
+        times=2,
+    )
     await env.terminate("er-409", 1)
     await env.wait_pod("er-409", other_than=pod.metadata.uid)
     assert len((await env.er("er-409")).status.failures) == 1
@@ -90,7 +113,9 @@ async def _pod(env, name):
     return await env.er(name), pod
 
 
-async def test_pod_that_never_starts_is_deleted_and_unregistered(kube, namespace, actions_sim, github_secret, worker_settings):
+async def test_pod_that_never_starts_is_deleted_and_unregistered(
+    kube, namespace, actions_sim, github_secret, worker_settings
+):
     from dataclasses import replace
 
     settings = replace(FAST, pod_start_deadline=1.0)

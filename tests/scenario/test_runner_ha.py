@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from services.runner.worker import WORKER_NAME, make_setup
 from shared.kube import PODS
 from shared.worker import running_worker
-from services.runner.worker import WORKER_NAME, make_setup
-
 from tests.scenario.conftest import wait_for
 from tests.scenario.test_runner_helpers import FAST, RunnerEnv, register_scale_set
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from services.runner.decide import RunnerSettings
+from services.runner.worker import WORKER_NAME, make_setup
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.api import EphemeralRunner
 from shared.api.constants import (
@@ -22,9 +24,6 @@ from shared.api.constants import (
 )
 from shared.kube import EPHEMERAL_RUNNERS, EVENTS, PODS, SECRETS, ObjectKey
 from shared.worker import running_worker
-from services.runner.decide import RunnerSettings
-from services.runner.worker import WORKER_NAME, make_setup
-
 from tests.scenario.conftest import Kube, wait_for
 
 SCALE_SET = "rs-set"
@@ -37,8 +36,16 @@ FAST = RunnerSettings(
 
 
 def runner_template(**runner_extra: Any) -> dict[str, Any]:
-    runner = {"name": "runner", "image": "ghcr.io/actions/actions-runner:latest", "command": ["/home/runner/run.sh"], **runner_extra}
-    return {"metadata": {"labels": {"tmpl": "yes"}, "annotations": {"tmpl-note": "x"}}, "spec": {"containers": [runner], "restartPolicy": "Never"}}
+    runner = {
+        "name": "runner",
+        "image": "ghcr.io/actions/actions-runner:latest",
+        "command": ["/home/runner/run.sh"],
+        **runner_extra,
+    }
+    return {
+        "metadata": {"labels": {"tmpl": "yes"}, "annotations": {"tmpl-note": "x"}},
+        "spec": {"containers": [runner], "restartPolicy": "Never"},
+    }
 
 
 @dataclass
@@ -58,7 +65,14 @@ class RunnerEnv:
     def reconciler(self) -> Any:
         return self.holder["reconciler"]
 
-    async def create_er(self, name: str, *, template: dict[str, Any] | None = None, revision: int | None = 3, scale_set_id: int | None = None) -> EphemeralRunner:
+    async def create_er(
+        self,
+        name: str,
+        *,
+        template: dict[str, Any] | None = None,
+        revision: int | None = 3,
+        scale_set_id: int | None = None,
+    ) -> EphemeralRunner:
         template = template or runner_template()
         annotations = {ANNOTATION_ACTIONABLE_REVISION: str(revision)} if revision is not None else {}
         body = {
@@ -67,7 +81,11 @@ class RunnerEnv:
             "metadata": {
                 "name": name,
                 "namespace": self.namespace,
-                "labels": {LABEL_SCALE_SET_NAME: SCALE_SET, LABEL_SCALE_SET_NAMESPACE: self.namespace, "app.kubernetes.io/component": "runner"},
+                "labels": {
+                    LABEL_SCALE_SET_NAME: SCALE_SET,
+                    LABEL_SCALE_SET_NAMESPACE: self.namespace,
+                    "app.kubernetes.io/component": "runner",
+                },
                 "annotations": annotations,
             },
             "spec": {
@@ -94,7 +112,9 @@ class RunnerEnv:
             pod = await self.pod(name)
             return pod if pod is not None and pod.metadata.uid != other_than and not pod.metadata.is_deleting else None
 
-        return await wait_for(ready, timeout=timeout, what=f"pod {name}" + (f" other than {other_than}" if other_than else ""))
+        return await wait_for(
+            ready, timeout=timeout, what=f"pod {name}" + (f" other than {other_than}" if other_than else "")
+        )
 
     async def wait_gone(self, name: str, timeout: float = 20.0) -> None:
         async def gone() -> bool:
@@ -106,8 +126,18 @@ class RunnerEnv:
         return await self.kube.writer.patch_status(PODS, self.key(name), {"status": status})
 
     async def terminate(self, name: str, exit_code: int, *, phase: str = "Failed", reason: str = "") -> Any:
-        state = {"terminated": {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error")}}
-        return await self.set_pod_status(name, {"phase": phase, "containerStatuses": [{"name": "runner", "ready": False, "restartCount": 0, "image": "x", "state": state}]})
+        state = {
+            "terminated": {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error")}
+        }
+        return await self.set_pod_status(
+            name,
+            {
+                "phase": phase,
+                "containerStatuses": [
+                    {"name": "runner", "ready": False, "restartCount": 0, "image": "x", "state": state}
+                ],
+            },
+        )
 
     async def run(self, name: str) -> Any:
         return await self.set_pod_status(
@@ -115,7 +145,15 @@ class RunnerEnv:
             {
                 "phase": "Running",
                 "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": [{"name": "runner", "ready": True, "restartCount": 0, "image": "x", "state": {"running": {"startedAt": "2026-11-29T12:00:00Z"}}}],
+                "containerStatuses": [
+                    {
+                        "name": "runner",
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": "x",
+                        "state": {"running": {"startedAt": "2026-11-29T12:00:00Z"}},
+                    }
+                ],
             },
         )
 
@@ -139,10 +177,19 @@ async def register_scale_set(sim: Any, name: str = SCALE_SET) -> int:
 
 @asynccontextmanager
 async def start_runner_env(
-    kube: Kube, namespace: str, sim: Any, secret: str, worker_settings: Callable[..., Any], *, settings: RunnerSettings = FAST, replica: str = "r0"
+    kube: Kube,
+    namespace: str,
+    sim: Any,
+    secret: str,
+    worker_settings: Callable[..., Any],
+    *,
+    settings: RunnerSettings = FAST,
+    replica: str = "r0",
 ) -> AsyncIterator[RunnerEnv]:
     env = RunnerEnv(kube, namespace, sim, await register_scale_set(sim), secret)
-    async with running_worker(WORKER_NAME, worker_settings(replica, bus={"shards": 2}), make_setup(settings, holder=env.holder)) as w:
+    async with running_worker(
+        WORKER_NAME, worker_settings(replica, bus={"shards": 2}), make_setup(settings, holder=env.holder)
+    ) as w:
         await w.wait_ready()
         env.worker = w
         yield env

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from services.runner.jobs import ANNOTATION_JOB_COMPLETED
 from shared.bus import ResourceRef
 from shared.bus.messages import JobCompleted, JobStarted
 from shared.bus.subjects import job_started_subject
-from services.runner.jobs import ANNOTATION_JOB_COMPLETED
-
 from tests.scenario.conftest import wait_for
 from tests.scenario.test_runner_helpers import SCALE_SET, runner_env  # noqa: F401 - fixture
 
@@ -41,10 +40,24 @@ def _event(cls, env, er, job_id="job-77", **extra):
 
 def _job_fields(er):
     s = er.status
-    return (s.job_id, s.job_request_id, s.workflow_run_id, s.job_workflow_ref, s.job_display_name, s.job_repository_name)
+    return (
+        s.job_id,
+        s.job_request_id,
+        s.workflow_run_id,
+        s.job_workflow_ref,
+        s.job_display_name,
+        s.job_repository_name,
+    )
 
 
-EXPECTED = ("job-77", 7701, 9901, "octo-org/octo-repo/.github/workflows/ci.yml@refs/heads/main", "build", "octo-org/octo-repo")
+EXPECTED = (
+    "job-77",
+    7701,
+    9901,
+    "octo-org/octo-repo/.github/workflows/ci.yml@refs/heads/main",
+    "build",
+    "octo-org/octo-repo",
+)
 
 
 async def test_job_started_from_the_bus_sets_status_fields(runner_env, bus):
@@ -100,7 +113,9 @@ async def test_events_for_other_jobs_runners_and_garbage_are_ignored(runner_env,
     ghost = JobStarted(**{**{f: getattr(ghost, f) for f in ghost.__struct_fields__}, "runner_name": "nobody"})
     assert await env.reconciler.handle_job_event(ghost) == "unknown_runner"
     wrong = _event(JobStarted, env, er, job_id="job-77")
-    wrong = JobStarted(**{**{f: getattr(wrong, f) for f in wrong.__struct_fields__}, "runner_id": er.status.runner_id + 1000})
+    wrong = JobStarted(
+        **{**{f: getattr(wrong, f) for f in wrong.__struct_fields__}, "runner_id": er.status.runner_id + 1000}
+    )
     assert await env.reconciler.handle_job_event(wrong) == "mismatch"
     # garbage on the subject does not stop the consumer: a later good event still lands
     await bus.js.publish(job_started_subject(env.namespace, SCALE_SET), b"{not json")
@@ -116,12 +131,16 @@ async def test_events_for_other_jobs_runners_and_garbage_are_ignored(runner_env,
     assert (await env.er("er-a1")).status.job_id == "job-77"
 
 
-async def test_runner_still_up_after_its_job_completed_is_reclaimed(kube, namespace, actions_sim, github_secret, worker_settings):
+async def test_runner_still_up_after_its_job_completed_is_reclaimed(
+    kube, namespace, actions_sim, github_secret, worker_settings
+):
     from dataclasses import replace
 
     from tests.scenario.test_runner_helpers import FAST, start_runner_env
 
-    async with start_runner_env(kube, namespace, actions_sim, github_secret, worker_settings, settings=replace(FAST, hung_after_job_grace=1.0)) as env:
+    async with start_runner_env(
+        kube, namespace, actions_sim, github_secret, worker_settings, settings=replace(FAST, hung_after_job_grace=1.0)
+    ) as env:
         await env.create_er("er-hung")
         er = await _registered(env, "er-hung")
         await env.wait_pod("er-hung")

@@ -16,7 +16,6 @@ from shared.api.constants import (
     LABEL_EPHEMERAL_RUNNER,
 )
 from shared.kube import EPHEMERAL_RUNNERS
-
 from tests.scenario.conftest import wait_for
 from tests.scenario.test_runner_helpers import runner_env  # noqa: F401 - fixture
 
@@ -118,6 +117,7 @@ async def test_crash_backoff_then_failed_after_more_than_5_failures(runner_env):
             cur = await env.er("er-crash")
             assert len(cur.status.failures) == n
             assert set(cur.status.failures) <= seen
+
     async def failed():
         cur = await env.er("er-crash")
         return cur if cur is not None and cur.status is not None and cur.status.phase == "Failed" else None
@@ -133,7 +133,9 @@ async def test_evicted_pod_is_recorded_and_recreated(runner_env):
     env = runner_env
     await env.create_er("er-evict")
     _, pod = await _registered(env, "er-evict")
-    await env.set_pod_status("er-evict", {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."})
+    await env.set_pod_status(
+        "er-evict", {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+    )
     new = await env.wait_pod("er-evict", other_than=pod.metadata.uid)
     cur = await env.er("er-evict")
     assert list(cur.status.failures) == [pod.metadata.uid]
@@ -147,7 +149,12 @@ async def test_init_container_failure_counts_as_failure(runner_env):
     _, pod = await _registered(env, "er-init")
     await env.set_pod_status(
         "er-init",
-        {"phase": "Pending", "initContainerStatuses": [{"name": "setup", "state": {"terminated": {"exitCode": 1, "reason": "StartError"}}}]},
+        {
+            "phase": "Pending",
+            "initContainerStatuses": [
+                {"name": "setup", "state": {"terminated": {"exitCode": 1, "reason": "StartError"}}}
+            ],
+        },
     )
     await env.wait_pod("er-init", other_than=pod.metadata.uid)
     assert len((await env.er("er-init")).status.failures) == 1
@@ -163,7 +170,10 @@ async def test_pod_deleted_externally_is_recreated_exactly_once(runner_env):
     await env.kube.writer.delete(PODS, env.key("er-del"), uid=pod.metadata.uid)
     new = await env.wait_pod("er-del", other_than=pod.metadata.uid)
     # let any late wake-ups (the DELETED event, the create's own ADDED) be processed
-    await wait_for(lambda: len(env.worker.ctx.controllers[0].queue) == 0 and not env.worker.ctx.controllers[0].queue.processing, what="queue drained")
+    await wait_for(
+        lambda: len(env.worker.ctx.controllers[0].queue) == 0 and not env.worker.ctx.controllers[0].queue.processing,
+        what="queue drained",
+    )
     assert env.reconciler.metrics.pods_created._value.get() == created_before + 1
     assert (await env.pod("er-del")).metadata.uid == new.metadata.uid
     cur = await env.er("er-del")
@@ -175,7 +185,9 @@ async def test_pod_lost_while_running_a_job_deletes_the_runner(runner_env):
     env = runner_env
     await env.create_er("er-lost")
     er, pod = await _registered(env, "er-lost")
-    await env.kube.writer.patch_status(EPHEMERAL_RUNNERS, env.key("er-lost"), {"status": {"jobId": "job-1", "jobRequestId": 11}})
+    await env.kube.writer.patch_status(
+        EPHEMERAL_RUNNERS, env.key("er-lost"), {"status": {"jobId": "job-1", "jobRequestId": 11}}
+    )
     from shared.kube import PODS
 
     await env.kube.writer.delete(PODS, env.key("er-lost"), uid=pod.metadata.uid)

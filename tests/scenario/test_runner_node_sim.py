@@ -10,8 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from services.node_sim.node import NodeSim, NodeSimConfig
-
+from services.embedded.node_sim.node import NodeSim, NodeSimConfig
 from tests.scenario.conftest import wait_for
 from tests.scenario.test_runner_helpers import SCALE_SET, runner_env  # noqa: F401 - fixture
 

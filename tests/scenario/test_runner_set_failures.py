@@ -22,7 +22,6 @@ from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION
 from shared.bus import DesiredState, ResourceRef
 from shared.kube import EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, EVENTS, Conflict, ObjectKey
 from shared.worker import running_worker
-
 from tests.scenario.conftest import wait_for
 from tests.scenario.runner_set_helpers import create_ers, get_ers, runners, sim_scale_set
 from tests.scenario.test_runner_helpers import FAST
@@ -34,7 +33,9 @@ FIXED = {"containers": [{"name": "runner", "image": "ghcr.io/actions/runner:v1"}
 
 
 def desired(namespace: str, replicas: int, patch: int = 0) -> DesiredState:
-    return DesiredState(scale_set_id=1, ers=ResourceRef(namespace, "set"), patch_id=patch, replicas=replicas, listener_epoch=1)
+    return DesiredState(
+        scale_set_id=1, ers=ResourceRef(namespace, "set"), patch_id=patch, replicas=replicas, listener_epoch=1
+    )
 
 
 class Seen:
@@ -51,12 +52,20 @@ class Seen:
 
 
 @asynccontextmanager
-async def both_workers(kube, namespace, actions_sim, github_secret, worker_settings, policy: FailurePolicy) -> AsyncIterator[tuple[Any, Seen]]:
+async def both_workers(
+    kube, namespace, actions_sim, github_secret, worker_settings, policy: FailurePolicy
+) -> AsyncIterator[tuple[Any, Seen]]:
     ss = await sim_scale_set(actions_sim)
-    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1)
+    await create_ers(
+        kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1
+    )
     # break the template after creation (create_ers builds a valid one)
-    await kube.writer.patch_merge(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"spec": {"ephemeralRunnerSpec": {"spec": BROKEN}}})
-    await kube.writer.patch_status(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"status": {"appliedActionableRevision": 1}})
+    await kube.writer.patch_merge(
+        EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"spec": {"ephemeralRunnerSpec": {"spec": BROKEN}}}
+    )
+    await kube.writer.patch_status(
+        EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"status": {"appliedActionableRevision": 1}}
+    )
     seen = Seen()
 
     async def watch() -> None:
@@ -91,7 +100,9 @@ async def ers_events(kube, namespace) -> list[Any]:
     return [e for e in items if e.involved_object.kind == "EphemeralRunnerSet" and e.involved_object.name == "set"]
 
 
-async def test_failed_runner_is_replaced_after_the_ttl_and_not_before(kube, bus, namespace, actions_sim, github_secret, worker_settings):
+async def test_failed_runner_is_replaced_after_the_ttl_and_not_before(
+    kube, bus, namespace, actions_sim, github_secret, worker_settings
+):
     ttl = 3.0
     policy = FailurePolicy(failed_runner_ttl=ttl, budget_failures=0)  # TTL only
     async with both_workers(kube, namespace, actions_sim, github_secret, worker_settings, policy) as (_, seen):
@@ -105,7 +116,7 @@ async def test_failed_runner_is_replaced_after_the_ttl_and_not_before(kube, bus,
 
         # not before the TTL: the same single runner, nothing new created
         keep_until = failed_at + dt.timedelta(seconds=ttl - 0.7)
-        while dt.datetime.now(dt.timezone.utc) < keep_until:
+        while dt.datetime.now(dt.UTC) < keep_until:
             live = await runners(kube, namespace)
             assert [r.metadata.uid for r in live] == [first.metadata.uid], "replaced before the TTL"
             await anyio.sleep(0.05)
@@ -119,10 +130,14 @@ async def test_failed_runner_is_replaced_after_the_ttl_and_not_before(kube, bus,
         repl = await wait_for(replaced, timeout=ttl + 10, what="replacement of the failed runner")
         assert repl.metadata.uid in seen.first and repl.metadata.creation_timestamp is not None
         assert repl.metadata.creation_timestamp >= failed_at.replace(microsecond=0) + dt.timedelta(seconds=int(ttl) - 1)
-        events = await wait_for(lambda: _events_with(kube, namespace, "FailedRunnerReplaced"), what="FailedRunnerReplaced event")
+        events = await wait_for(
+            lambda: _events_with(kube, namespace, "FailedRunnerReplaced"), what="FailedRunnerReplaced event"
+        )
         assert "InvalidPod" in events[0].message and first.metadata.name in events[0].message
         # counted by reason for the set (runner worker metric)
-        value = seen.runner_worker.ctx.registry.get_sample_value("runnerscale_runner_failures_total", {"namespace": namespace, "name": "set", "reason": "InvalidPod"})
+        value = seen.runner_worker.ctx.registry.get_sample_value(
+            "runnerscale_runner_failures_total", {"namespace": namespace, "name": "set", "reason": "InvalidPod"}
+        )
         assert value is not None and value >= 1
         # the registration of the failed runner is gone from the service
         service = {r.name for r in await actions_sim.control.runners()}
@@ -133,17 +148,30 @@ async def test_crash_looping_spec_backs_off_without_churn_and_a_revision_bump_re
     kube, bus, namespace, actions_sim, github_secret, worker_settings
 ):
     ttl, base = 0.3, 4.0
-    policy = FailurePolicy(failed_runner_ttl=ttl, budget_failures=2, budget_window=120, backoff_base=base, backoff_max=8)
+    policy = FailurePolicy(
+        failed_runner_ttl=ttl, budget_failures=2, budget_window=120, backoff_base=base, backoff_max=8
+    )
     async with both_workers(kube, namespace, actions_sim, github_secret, worker_settings, policy) as (rs, seen):
         start = anyio.current_time()
         await bus.publish(desired(namespace, 2))
 
         # the budget is exhausted: a Warning Event on the ERS, the metric, the record on the ERS
-        ev = await wait_for(lambda: _events_with(kube, namespace, "RunnerFailureBackoff"), timeout=20, what="RunnerFailureBackoff event")
+        ev = await wait_for(
+            lambda: _events_with(kube, namespace, "RunnerFailureBackoff"), timeout=20, what="RunnerFailureBackoff event"
+        )
         assert "not creating runners" in ev[0].message and ev[0].type == "Warning"
         registry = rs.ctx.registry
-        labels = {"name": "set", "namespace": namespace, "repository": "", "organization": _org(actions_sim), "enterprise": ""}
-        await wait_for(lambda: (registry.get_sample_value("runnerscale_runner_set_failure_backoffs_total", labels) or 0) >= 1, what="backoff metric")
+        labels = {
+            "name": "set",
+            "namespace": namespace,
+            "repository": "",
+            "organization": _org(actions_sim),
+            "enterprise": "",
+        }
+        await wait_for(
+            lambda: (registry.get_sample_value("runnerscale_runner_set_failure_backoffs_total", labels) or 0) >= 1,
+            what="backoff metric",
+        )
         record = failures.parse_record((await get_ers(kube, namespace)).metadata.annotations)
         assert record is not None and record.level >= 1 and record.revision == 1
 
@@ -165,7 +193,9 @@ async def test_crash_looping_spec_backs_off_without_churn_and_a_revision_bump_re
 
         await wait_for(new_revision, timeout=6, what="2 runners of revision 2")
         assert anyio.current_time() - bumped < 6
-        reset = await wait_for(lambda: _events_with(kube, namespace, "RunnerFailureBudgetReset"), what="RunnerFailureBudgetReset event")
+        reset = await wait_for(
+            lambda: _events_with(kube, namespace, "RunnerFailureBudgetReset"), what="RunnerFailureBudgetReset event"
+        )
         assert "revision 2" in reset[0].message
         record = failures.parse_record((await get_ers(kube, namespace)).metadata.annotations)
         assert record is not None and record.revision == 2 and record.level == 0
@@ -194,7 +224,12 @@ async def _patch_spec(kube, namespace, spec: dict[str, Any]) -> None:
     for _ in range(20):
         current = await get_ers(kube, namespace)
         try:
-            await kube.writer.patch_merge(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"spec": spec}, resource_version=current.metadata.resource_version)
+            await kube.writer.patch_merge(
+                EPHEMERAL_RUNNER_SETS,
+                ObjectKey(namespace, "set"),
+                {"spec": spec},
+                resource_version=current.metadata.resource_version,
+            )
             return
         except Conflict:
             continue
@@ -206,15 +241,25 @@ async def test_backoff_survives_a_runner_set_restart(kube, bus, namespace, actio
     creates nothing until the recorded end, then resumes."""
     policy = FailurePolicy(failed_runner_ttl=0.3, budget_failures=1, budget_window=120, backoff_base=6, backoff_max=6)
     ss = await sim_scale_set(actions_sim)
-    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1)
-    await kube.writer.patch_merge(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"spec": {"ephemeralRunnerSpec": {"spec": BROKEN}}})
-    await kube.writer.patch_status(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"status": {"appliedActionableRevision": 1}})
+    await create_ers(
+        kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1
+    )
+    await kube.writer.patch_merge(
+        EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"spec": {"ephemeralRunnerSpec": {"spec": BROKEN}}}
+    )
+    await kube.writer.patch_status(
+        EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"status": {"appliedActionableRevision": 1}}
+    )
     async with running_worker("runner", worker_settings("rn", bus={"shards": 2}), runner_setup(FAST)) as rn:
         await rn.wait_ready()
         async with running_worker(WORKER_NAME, worker_settings("rs-a"), make_setup(policy)) as rs:
             await rs.wait_ready()
             await bus.publish(desired(namespace, 2))
-            await wait_for(lambda: _events_with(kube, namespace, "RunnerFailureBackoff"), timeout=20, what="RunnerFailureBackoff event")
+            await wait_for(
+                lambda: _events_with(kube, namespace, "RunnerFailureBackoff"),
+                timeout=20,
+                what="RunnerFailureBackoff event",
+            )
         record = failures.parse_record((await get_ers(kube, namespace)).metadata.annotations)
         assert record is not None and record.until is not None and record.level == 1
         known = {r.metadata.uid for r in await runners(kube, namespace, include_deleting=True)}
@@ -222,7 +267,7 @@ async def test_backoff_survives_a_runner_set_restart(kube, bus, namespace, actio
         async with running_worker(WORKER_NAME, worker_settings("rs-b"), make_setup(policy)) as rs2:
             await rs2.wait_ready()
             # the new instance honours the recorded backoff: nothing created before its end
-            while dt.datetime.now(dt.timezone.utc) < record.until - dt.timedelta(seconds=0.5):
+            while dt.datetime.now(dt.UTC) < record.until - dt.timedelta(seconds=0.5):
                 fresh = {r.metadata.uid for r in await runners(kube, namespace, include_deleting=True)} - known
                 assert not fresh, "a runner was created during the recorded backoff"
                 await anyio.sleep(0.05)
@@ -234,15 +279,21 @@ async def test_backoff_survives_a_runner_set_restart(kube, bus, namespace, actio
             await wait_for(created_after, timeout=15, what="runners created after the backoff")
 
 
-async def test_a_runner_that_gets_a_job_resets_the_budget(kube, bus, namespace, actions_sim, github_secret, worker_settings):
+async def test_a_runner_that_gets_a_job_resets_the_budget(
+    kube, bus, namespace, actions_sim, github_secret, worker_settings
+):
     """Failures made by hand (as the runner worker would: failed-at stamp, then phase Failed); after
     the backoff the swapped-in runners are created, one gets a job → the budget is reset."""
     from tests.scenario.runner_set_helpers import fake_runner_worker, set_runner_status
 
     policy = FailurePolicy(failed_runner_ttl=0.5, budget_failures=1, budget_window=120, backoff_base=2, backoff_max=4)
     ss = await sim_scale_set(actions_sim)
-    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1)
-    await kube.writer.patch_status(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"status": {"appliedActionableRevision": 1}})
+    await create_ers(
+        kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1
+    )
+    await kube.writer.patch_status(
+        EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"status": {"appliedActionableRevision": 1}}
+    )
     async with (
         running_worker(WORKER_NAME, worker_settings("rs"), make_setup(policy)) as rs,
         fake_runner_worker(kube, namespace, actions_sim, ss, register=False),
@@ -252,7 +303,9 @@ async def test_a_runner_that_gets_a_job_resets_the_budget(kube, bus, namespace, 
         first = await wait_for(lambda: _live_is(kube, namespace, 2), what="2 runners")
         for r in first:
             await kube.writer.patch_merge(
-                EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(r), {"metadata": {"annotations": {failures.ANNOTATION_FAILED_AT: dt.datetime.now(dt.timezone.utc).isoformat()}}}
+                EPHEMERAL_RUNNERS,
+                EPHEMERAL_RUNNERS.key_of(r),
+                {"metadata": {"annotations": {failures.ANNOTATION_FAILED_AT: dt.datetime.now(dt.UTC).isoformat()}}},
             )
             await set_runner_status(kube, r, phase="Failed", reason="TooManyPodFailures", message="made by the test")
         await wait_for(lambda: _events_with(kube, namespace, "RunnerFailureBackoff"), what="RunnerFailureBackoff event")
@@ -265,7 +318,9 @@ async def test_a_runner_that_gets_a_job_resets_the_budget(kube, bus, namespace, 
 
         repl = await wait_for(a_replacement, timeout=10, what="a replacement runner")
         await set_runner_status(kube, repl, phase="Running", runnerId=77, jobId="job-1", ready=True)
-        reset = await wait_for(lambda: _events_with(kube, namespace, "RunnerFailureBudgetReset"), what="RunnerFailureBudgetReset event")
+        reset = await wait_for(
+            lambda: _events_with(kube, namespace, "RunnerFailureBudgetReset"), what="RunnerFailureBudgetReset event"
+        )
         assert "got a job" in reset[0].message and repl.metadata.name in reset[0].message
         record = failures.parse_record((await get_ers(kube, namespace)).metadata.annotations)
         assert record is not None and record.level == 0 and record.failures == {} and record.reset_at is not None

@@ -9,9 +9,15 @@ from shared.api import runner_revision
 from shared.bus import DesiredState, ResourceRef, RevisionApplied, RevisionPublished, subjects
 from shared.kube import EPHEMERAL_RUNNER_SETS, ObjectKey
 from shared.worker import running_worker
-
 from tests.scenario.conftest import wait_for
-from tests.scenario.runner_set_helpers import create_ers, fake_runner_worker, get_ers, runners, set_runner_status, sim_scale_set
+from tests.scenario.runner_set_helpers import (
+    create_ers,
+    fake_runner_worker,
+    get_ers,
+    runners,
+    set_runner_status,
+    sim_scale_set,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -21,7 +27,12 @@ async def bump_revision(kube, bus, namespace: str, revision: int) -> None:
     await kube.writer.patch_merge(
         EPHEMERAL_RUNNER_SETS,
         ObjectKey(namespace, "set"),
-        {"spec": {"actionableRevision": revision, "ephemeralRunnerSpec": {"spec": {"containers": [{"name": "runner", "image": f"img:{revision}"}]}}}},
+        {
+            "spec": {
+                "actionableRevision": revision,
+                "ephemeralRunnerSpec": {"spec": {"containers": [{"name": "runner", "image": f"img:{revision}"}]}},
+            }
+        },
         resource_version=ers.metadata.resource_version,
     )
     await bus.publish(RevisionPublished(ers=ResourceRef(namespace, "set"), revision=revision))
@@ -36,18 +47,28 @@ async def live(kube, namespace):
     return await runners(kube, namespace)
 
 
-async def test_rollout_replaces_idle_keeps_busy_then_applies_and_publishes(worker_settings, kube, bus, namespace, actions_sim, github_secret):
+async def test_rollout_replaces_idle_keeps_busy_then_applies_and_publishes(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
-    async with running_worker(WORKER_NAME, worker_settings(), setup) as w, fake_runner_worker(kube, namespace, actions_sim, ss) as fake:
+    async with (
+        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss) as fake,
+    ):
         await w.wait_ready()
-        await bus.publish(DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=3, listener_epoch=1))
+        await bus.publish(
+            DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=3, listener_epoch=1)
+        )
         await wait_for(lambda: _registered(kube, namespace, 3), what="3 registered runners")
         busy = sorted(await live(kube, namespace), key=lambda r: r.metadata.name)[0]
         await set_runner_status(kube, busy, jobId="job-42")
         ers = await get_ers(kube, namespace)
         await kube.writer.patch_status(
-            EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"status": {"finishedRunnerCleanupPatchID": 5}}, resource_version=ers.metadata.resource_version
+            EPHEMERAL_RUNNER_SETS,
+            ObjectKey(namespace, "set"),
+            {"status": {"finishedRunnerCleanupPatchID": 5}},
+            resource_version=ers.metadata.resource_version,
         )
         old_ids = {r.status.runner_id for r in await live(kube, namespace) if r.metadata.name != busy.metadata.name}
 
@@ -55,7 +76,9 @@ async def test_rollout_replaces_idle_keeps_busy_then_applies_and_publishes(worke
         await wait_for(lambda: applied(kube, namespace, 1), what="appliedActionableRevision 1")
         ers = await get_ers(kube, namespace)
         assert ers.status.finished_runner_cleanup_patch_id is None  # cleared when a revision is applied
-        msg = await wait_for(lambda: bus.last_message(subjects.revision_applied_subject(namespace, "set")), what="RevisionApplied")
+        msg = await wait_for(
+            lambda: bus.last_message(subjects.revision_applied_subject(namespace, "set")), what="RevisionApplied"
+        )
         assert isinstance(msg, RevisionApplied) and msg.revision == 1
 
         async def rebuilt():
@@ -71,13 +94,22 @@ async def test_rollout_replaces_idle_keeps_busy_then_applies_and_publishes(worke
         assert fake.registered
 
 
-async def test_outdated_current_holds_phase_stale_is_replaced(worker_settings, kube, bus, namespace, actions_sim, github_secret):
+async def test_outdated_current_holds_phase_stale_is_replaced(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
     ss = await sim_scale_set(actions_sim)
-    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1)
-    async with running_worker(WORKER_NAME, worker_settings(), setup) as w, fake_runner_worker(kube, namespace, actions_sim, ss):
+    await create_ers(
+        kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1
+    )
+    async with (
+        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss),
+    ):
         await w.wait_ready()
         await wait_for(lambda: applied(kube, namespace, 1), what="revision 1 applied on an empty set")
-        await bus.publish(DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=2, listener_epoch=1))
+        await bus.publish(
+            DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=2, listener_epoch=1)
+        )
         await wait_for(lambda: _registered(kube, namespace, 2), what="2 registered runners")
         a, b = sorted(await live(kube, namespace), key=lambda r: r.metadata.name)
 
@@ -97,7 +129,11 @@ async def test_outdated_current_holds_phase_stale_is_replaced(worker_settings, k
 
         async def replaced():
             rs = await live(kube, namespace)
-            return len(rs) == 2 and all(runner_revision(r.metadata) == 2 for r in rs) and all(r.metadata.name != b.metadata.name for r in rs)
+            return (
+                len(rs) == 2
+                and all(runner_revision(r.metadata) == 2 for r in rs)
+                and all(r.metadata.name != b.metadata.name for r in rs)
+            )
 
         await wait_for(replaced, what="stale Outdated runner replaced by revision-2 runners")
         assert await _phase(kube, namespace, "Running")
@@ -113,27 +149,39 @@ async def _phase(kube, namespace, phase):
     return s is not None and s.phase == phase
 
 
-async def test_deletion_removes_idle_from_service_waits_for_busy_then_releases_finalizer(worker_settings, kube, bus, namespace, actions_sim, github_secret):
+async def test_deletion_removes_idle_from_service_waits_for_busy_then_releases_finalizer(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
     import aiohttp
 
     from shared.kube import NotFound
 
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
-    async with running_worker(WORKER_NAME, worker_settings(), setup) as w, fake_runner_worker(kube, namespace, actions_sim, ss):
+    async with (
+        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss),
+    ):
         await w.wait_ready()
-        await bus.publish(DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=3, listener_epoch=1))
+        await bus.publish(
+            DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=3, listener_epoch=1)
+        )
         await wait_for(lambda: _registered(kube, namespace, 3), what="3 registered runners")
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{w.ports['metrics']}/metrics") as r:
                 text = await r.text()
-        assert f'gha_controller_running_ephemeral_runners{{enterprise="",name="set",namespace="{namespace}",organization="{actions_sim.org}",repository=""}} 3.0' in text
+        assert (
+            f'gha_controller_running_ephemeral_runners{{enterprise="",name="set",namespace="{namespace}",organization="{actions_sim.org}",repository=""}} 3.0'
+            in text
+        )
         busy = sorted(await live(kube, namespace), key=lambda r: r.metadata.name)[0]
         await set_runner_status(kube, busy, jobId="job-9")
         idle_ids = {r.status.runner_id for r in await live(kube, namespace) if r.metadata.name != busy.metadata.name}
 
         await kube.writer.delete(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"))
-        await wait_for(lambda: _names(kube, namespace, {busy.metadata.name}), what="idle runners removed, busy one kept")
+        await wait_for(
+            lambda: _names(kube, namespace, {busy.metadata.name}), what="idle runners removed, busy one kept"
+        )
         assert not (idle_ids & {r.id for r in await actions_sim.control.runners()})
         assert (await get_ers(kube, namespace)).metadata.is_deleting  # finalizer held while a job runs
 
@@ -153,12 +201,13 @@ async def _names(kube, namespace, names):
     return {r.metadata.name for r in await runners(kube, namespace)} == names
 
 
-async def test_proxy_secret_created_referenced_and_deleted_with_the_set(worker_settings, kube, bus, namespace, actions_sim, github_secret):
+async def test_proxy_secret_created_referenced_and_deleted_with_the_set(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
     import base64
 
-    from services.scale_set.names import runner_proxy_secret_name
+    from shared.api.names import runner_proxy_secret_name
     from shared.kube import SECRETS, NotFound
-
     from tests.scenario.conftest import create_secret
 
     await create_secret(kube, namespace, "proxy-creds", {"username": "test", "password": "password"})
@@ -168,15 +217,26 @@ async def test_proxy_secret_created_referenced_and_deleted_with_the_set(worker_s
         "noProxy": ["example.com", "example.org"],
     }
     ss = await sim_scale_set(actions_sim)
-    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, proxy=proxy)
+    await create_ers(
+        kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, proxy=proxy
+    )
     name = runner_proxy_secret_name("set", namespace)
-    async with running_worker(WORKER_NAME, worker_settings(), setup) as w, fake_runner_worker(kube, namespace, actions_sim, ss, register=False):
+    async with (
+        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss, register=False),
+    ):
         await w.wait_ready()
-        await bus.publish(DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=1, listener_epoch=1))
+        await bus.publish(
+            DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=1, listener_epoch=1)
+        )
         await wait_for(lambda: _count_live(kube, namespace, 1), what="1 runner")
         secret = await kube.reader.get(SECRETS, ObjectKey(namespace, name))
         data = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
-        assert data == {"http_proxy": "http://test:password@proxy.example:3128", "https_proxy": "http://proxy.example:3129", "no_proxy": "example.com,example.org"}
+        assert data == {
+            "http_proxy": "http://test:password@proxy.example:3128",
+            "https_proxy": "http://proxy.example:3129",
+            "no_proxy": "example.com,example.org",
+        }
         assert all(r.spec.proxy_secret_ref == name for r in await live(kube, namespace))
         await kube.writer.delete(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"))
 
@@ -186,7 +246,9 @@ async def test_proxy_secret_created_referenced_and_deleted_with_the_set(worker_s
                 return False
             except NotFound:
                 pass
-            return await kube.reader.get_or_none(SECRETS, ObjectKey(namespace, name)) is None and not await runners(kube, namespace, include_deleting=True)
+            return await kube.reader.get_or_none(SECRETS, ObjectKey(namespace, name)) is None and not await runners(
+                kube, namespace, include_deleting=True
+            )
 
         await wait_for(all_gone, what="runners, proxy Secret and ERS gone")
 

@@ -10,7 +10,6 @@ from services.runner_set.controller import WORKER_NAME, setup
 from shared.bus import DesiredState, ResourceRef, subjects
 from shared.kube import EVENTS, ObjectKey
 from shared.worker import running_worker
-
 from tests.scenario.conftest import wait_for
 from tests.scenario.runner_set_helpers import create_ers, fake_runner_worker, get_ers, runners, sim_scale_set
 
@@ -18,10 +17,14 @@ pytestmark = pytest.mark.anyio
 
 
 def desired(namespace, *, replicas, patch=0, epoch=1):
-    return DesiredState(scale_set_id=1, ers=ResourceRef(namespace, "set"), patch_id=patch, replicas=replicas, listener_epoch=epoch)
+    return DesiredState(
+        scale_set_id=1, ers=ResourceRef(namespace, "set"), patch_id=patch, replicas=replicas, listener_epoch=epoch
+    )
 
 
-async def test_two_replicas_and_a_killed_one_never_duplicate_runners(worker_settings, kube, bus, namespace, actions_sim, github_secret):
+async def test_two_replicas_and_a_killed_one_never_duplicate_runners(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     key = ObjectKey(namespace, "set")
@@ -63,7 +66,9 @@ async def test_two_replicas_and_a_killed_one_never_duplicate_runners(worker_sett
     assert peak == 9
 
 
-async def test_malformed_and_invalid_desired_state_do_not_stop_the_worker(worker_settings, kube, bus, namespace, actions_sim, github_secret):
+async def test_malformed_and_invalid_desired_state_do_not_stop_the_worker(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     subject = subjects.desired_subject(namespace, "set")
@@ -85,14 +90,24 @@ async def test_malformed_and_invalid_desired_state_do_not_stop_the_worker(worker
         assert not w.done
 
 
-async def test_conflict_on_status_patch_rereads_and_converges(worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret):
+async def test_conflict_on_status_patch_rereads_and_converges(
+    worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret
+):
     control = kube_api.require_emulator()
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     async with running_worker(WORKER_NAME, worker_settings(), setup) as w:
         await w.wait_ready()
         await wait_for(lambda: _has_status(kube, namespace), what="first status")
-        await control.add_fault_async(action="error", code=409, verb="patch", resource="ephemeralrunnersets", subresource="status", namespace=namespace, times=3)
+        await control.add_fault_async(
+            action="error",
+            code=409,
+            verb="patch",
+            resource="ephemeralrunnersets",
+            subresource="status",
+            namespace=namespace,
+            times=3,
+        )
         await bus.publish(desired(namespace, replicas=2))
         await wait_for(lambda: _count(kube, namespace, 2), what="2 runners")
 

@@ -13,15 +13,23 @@ from services.runner_set.controller import WORKER_NAME, setup
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION, ANNOTATION_PATCH_ID, FINALIZER_EPHEMERAL_RUNNER_SET
 from shared.bus import DesiredState, ResourceRef
 from shared.worker import running_worker
-
 from tests.scenario.conftest import wait_for
-from tests.scenario.runner_set_helpers import create_ers, fake_runner_worker, get_ers, runners, set_runner_status, sim_scale_set
+from tests.scenario.runner_set_helpers import (
+    create_ers,
+    fake_runner_worker,
+    get_ers,
+    runners,
+    set_runner_status,
+    sim_scale_set,
+)
 
 pytestmark = pytest.mark.anyio
 
 
 def desired(namespace: str, *, replicas: int, patch: int, epoch: int = 1, name: str = "set") -> DesiredState:
-    return DesiredState(scale_set_id=1, ers=ResourceRef(namespace, name), patch_id=patch, replicas=replicas, listener_epoch=epoch)
+    return DesiredState(
+        scale_set_id=1, ers=ResourceRef(namespace, name), patch_id=patch, replicas=replicas, listener_epoch=epoch
+    )
 
 
 async def count(kube, namespace) -> int:
@@ -36,10 +44,17 @@ async def stays(kube, namespace, n: int, seconds: float = 1.0) -> None:
             await anyio.sleep(0.05)
 
 
-async def test_desired_state_patch_protocol_and_epochs(worker_settings, kube, bus, namespace, actions_sim, github_secret):
+async def test_desired_state_patch_protocol_and_epochs(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
     ss = await sim_scale_set(actions_sim)
-    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=2)
-    async with running_worker(WORKER_NAME, worker_settings(), setup) as w, fake_runner_worker(kube, namespace, actions_sim, ss) as fake:
+    await create_ers(
+        kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=2
+    )
+    async with (
+        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss) as fake,
+    ):
         await w.wait_ready()
         await wait_for(lambda: get_ers(kube, namespace), what="ERS")
         ers = await wait_for(lambda: _with_finalizer(kube, namespace), what="finalizer")
@@ -88,10 +103,15 @@ async def test_desired_state_patch_protocol_and_epochs(worker_settings, kube, bu
         assert removed and not (removed & sim_ids), "scaled-down runners must be removed from the service"
 
 
-async def test_finished_runners_reaped_once_no_replacement_and_descending_patch_ids(worker_settings, kube, bus, namespace, actions_sim, github_secret):
+async def test_finished_runners_reaped_once_no_replacement_and_descending_patch_ids(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
-    async with running_worker(WORKER_NAME, worker_settings(), setup) as w, fake_runner_worker(kube, namespace, actions_sim, ss) as fake:
+    async with (
+        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss) as fake,
+    ):
         await w.wait_ready()
         await bus.publish(desired(namespace, replicas=2, patch=7))
         await wait_for(lambda: _count_is(kube, namespace, 2), what="2 runners")
@@ -149,20 +169,30 @@ async def _marker_is(kube, namespace, marker):
 
 async def _status(kube, namespace, *, current, running):
     s = (await get_ers(kube, namespace)).status
-    return s is not None and s.current_replicas == current and s.running_ephemeral_runners == running and s.phase == "Running"
+    return (
+        s is not None
+        and s.current_replicas == current
+        and s.running_ephemeral_runners == running
+        and s.phase == "Running"
+    )
 
 
 _ = dt
 
 
-async def test_lagging_informer_cache_never_creates_a_replacement_for_a_completed_job(worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret):
+async def test_lagging_informer_cache_never_creates_a_replacement_for_a_completed_job(
+    worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret
+):
     """Seed 001/003: the suppression must be decided on authoritative reads. With every watch event
     delayed, the worker's cache still shows the marker unset and the finished runner present; the
     reconciles that its own writes trigger must still not create a replacement."""
     control = kube_api.require_emulator()
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
-    async with running_worker(WORKER_NAME, worker_settings(), setup) as w, fake_runner_worker(kube, namespace, actions_sim, ss) as fake:
+    async with (
+        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss) as fake,
+    ):
         await w.wait_ready()
         await bus.publish(desired(namespace, replicas=2, patch=1))
         await wait_for(lambda: _count_is(kube, namespace, 2), what="2 runners")

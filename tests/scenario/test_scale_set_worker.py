@@ -15,6 +15,9 @@ import anyio
 import pytest
 import yaml
 
+from services.embedded.actions_sim.world import Seed
+from services.scale_set.build import BuildOptions, ars_listener_name
+from services.scale_set.worker import WORKER_NAME, scale_set_setup
 from shared.api import AutoscalingRunnerSet, to_dict
 from shared.api.constants import (
     ANNOTATION_RUNNER_GROUP_NAME,
@@ -26,10 +29,6 @@ from shared.api.constants import (
 from shared.bus import RevisionPublished, subjects
 from shared.kube import AUTOSCALING_LISTENERS, AUTOSCALING_RUNNER_SETS, EPHEMERAL_RUNNER_SETS, EVENTS, ObjectKey
 from shared.worker import running_worker
-from services.actions_sim.world import Seed
-from services.scale_set.build import BuildOptions, ars_listener_name
-from services.scale_set.worker import WORKER_NAME, scale_set_setup
-
 from tests.fixtures.actions_sim import start_actions_sim
 from tests.scenario.conftest import create_secret, require_crds, wait_for
 
@@ -44,15 +43,25 @@ def manifest(namespace: str, config_url: str, secret: str, *, name: str = "minim
     tree = yaml.safe_load((DATA / "ars-minimal.yaml").read_text())
     tree["metadata"].update(name=name, namespace=namespace)
     tree["metadata"]["labels"] = {"app.kubernetes.io/version": "0.14.2", "team": "platform"}
-    tree["spec"].update(githubConfigUrl=config_url, githubConfigSecret=secret, runnerScaleSetLabels=["linux", "x64"], minRunners=1, maxRunners=5)
+    tree["spec"].update(
+        githubConfigUrl=config_url,
+        githubConfigSecret=secret,
+        runnerScaleSetLabels=["linux", "x64"],
+        minRunners=1,
+        maxRunners=5,
+    )
     tree["spec"].update(spec)
     return tree
 
 
 @asynccontextmanager
-async def scale_set_worker(worker_settings: Callable[..., Any], namespace: str, *, replica: str = "ss0", shards: int = 1, **kw: Any) -> AsyncIterator[Any]:
+async def scale_set_worker(
+    worker_settings: Callable[..., Any], namespace: str, *, replica: str = "ss0", shards: int = 1, **kw: Any
+) -> AsyncIterator[Any]:
     options = BuildOptions(controller_namespace=namespace, listener_image=LISTENER_IMAGE)
-    async with running_worker(WORKER_NAME, worker_settings(replica, bus={"shards": shards}), scale_set_setup(options, **kw)) as w:
+    async with running_worker(
+        WORKER_NAME, worker_settings(replica, bus={"shards": shards}), scale_set_setup(options, **kw)
+    ) as w:
         await w.wait_ready()
         yield w
 
@@ -71,7 +80,12 @@ async def settled(kube: Any, key: ObjectKey, *, phase: str = "Running") -> Autos
 
     async def check() -> AutoscalingRunnerSet | None:
         ars = await get_ars(kube, key)
-        if ars is not None and ars.status is not None and ars.status.observed_generation == ars.metadata.generation and ars.status.phase == phase:
+        if (
+            ars is not None
+            and ars.status is not None
+            and ars.status.observed_generation == ars.metadata.generation
+            and ars.status.phase == phase
+        ):
             return ars
         return None
 
@@ -95,13 +109,17 @@ async def patch_template_container(kube: Any, key: ObjectKey, **fields: Any) -> 
     ars = await get_ars(kube, key)
     template = to_dict(ars)["spec"]["template"]
     template["spec"]["containers"][0].update(fields)
-    await kube.writer.patch_merge(AUTOSCALING_RUNNER_SETS, key, {"spec": {"template": template}}, resource_version=ars.metadata.resource_version)
+    await kube.writer.patch_merge(
+        AUTOSCALING_RUNNER_SETS, key, {"spec": {"template": template}}, resource_version=ars.metadata.resource_version
+    )
 
 
 # --- registration and children -------------------------------------------------------------------
 
 
-async def test_arc_manifest_registers_scale_set_and_creates_ers_and_listener(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_arc_manifest_registers_scale_set_and_creates_ers_and_listener(
+    kube, namespace, worker_settings, github_secret, actions_sim
+):
     await require_crds(kube)
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace):
@@ -118,7 +136,9 @@ async def test_arc_manifest_registers_scale_set_and_creates_ers_and_listener(kub
 
         # The scale set exists at the service with ARC's labels (name first, then the extra labels).
         sets = await actions_sim.control.scale_sets()
-        assert [(s.id, s.name, s.labels, s.runner_group_id) for s in sets] == [(scale_set_id, "minimal", ["minimal", "linux", "x64"], 1)]
+        assert [(s.id, s.name, s.labels, s.runner_group_id) for s in sets] == [
+            (scale_set_id, "minimal", ["minimal", "linux", "x64"], 1)
+        ]
 
         # ERS at revision 1, owned by the ARS, pointing at the scale set.
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
@@ -129,19 +149,36 @@ async def test_arc_manifest_registers_scale_set_and_creates_ers_and_listener(kub
 
         # Listener in the controller namespace with ARC's spec fields.
         al = await kube.reader.get(AUTOSCALING_LISTENERS, ObjectKey(namespace, ars_listener_name(ars)))
-        assert (al.spec.autoscaling_runner_set_namespace, al.spec.autoscaling_runner_set_name, al.spec.ephemeral_runner_set_name) == (namespace, "minimal", "minimal")
-        assert (al.spec.runner_scale_set_id, al.spec.min_runners, al.spec.max_runners, al.spec.image) == (scale_set_id, 1, 5, LISTENER_IMAGE)
+        assert (
+            al.spec.autoscaling_runner_set_namespace,
+            al.spec.autoscaling_runner_set_name,
+            al.spec.ephemeral_runner_set_name,
+        ) == (namespace, "minimal", "minimal")
+        assert (al.spec.runner_scale_set_id, al.spec.min_runners, al.spec.max_runners, al.spec.image) == (
+            scale_set_id,
+            1,
+            5,
+            LISTENER_IMAGE,
+        )
         assert al.spec.github_config_secret == github_secret
 
         # No-op stability: a webhook's label on the ERS and a metadata-only change of the ARS
         # reconcile again without touching the children (subset check, no patch loop).
         ers = await kube.writer.patch_merge(
-            EPHEMERAL_RUNNER_SETS, key,
-            {"metadata": {"labels": {"webhook.example.com/injected": "yes"}, "annotations": {"example.com/foreign": "x"}}},
+            EPHEMERAL_RUNNER_SETS,
+            key,
+            {
+                "metadata": {
+                    "labels": {"webhook.example.com/injected": "yes"},
+                    "annotations": {"example.com/foreign": "x"},
+                }
+            },
             resource_version=ers.metadata.resource_version,
         )
         ers_rv, al_rv = ers.metadata.resource_version, al.metadata.resource_version
-        await kube.writer.patch_merge(AUTOSCALING_RUNNER_SETS, key, {"metadata": {"annotations": {"example.com/touch": "1"}}})
+        await kube.writer.patch_merge(
+            AUTOSCALING_RUNNER_SETS, key, {"metadata": {"annotations": {"example.com/touch": "1"}}}
+        )
 
         async def unchanged() -> bool:
             e = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
@@ -155,7 +192,9 @@ async def test_arc_manifest_registers_scale_set_and_creates_ers_and_listener(kub
 # --- the actionable revision -----------------------------------------------------------------------
 
 
-async def test_noop_reencoding_keeps_revision_and_image_change_bumps_once(kube, bus, namespace, worker_settings, github_secret, actions_sim):
+async def test_noop_reencoding_keeps_revision_and_image_change_bumps_once(
+    kube, bus, namespace, worker_settings, github_secret, actions_sim
+):
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace) as w:
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
@@ -166,7 +205,9 @@ async def test_noop_reencoding_keeps_revision_and_image_change_bumps_once(kube, 
 
         # A template re-encoded with explicit empties: generation moves, the runner spec does not.
         await patch_template_container(kube, key, env=[], volumeMounts=[], resources={})
-        ars2 = await wait_for(lambda: _acted_on_new_generation(kube, key, ars.metadata.generation), what="re-encoded template acted upon")
+        ars2 = await wait_for(
+            lambda: _acted_on_new_generation(kube, key, ars.metadata.generation), what="re-encoded template acted upon"
+        )
         assert ars2.metadata.generation > ars.metadata.generation
         ers_now = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
         assert ers_now.spec.actionable_revision == 1
@@ -174,13 +215,20 @@ async def test_noop_reencoding_keeps_revision_and_image_change_bumps_once(kube, 
 
         # An image change: exactly one bump, the same ERS and listener objects (no teardown).
         await patch_template_container(kube, key, image="ghcr.io/actions/actions-runner:2.330.0")
-        await wait_for(lambda: _acted_on_new_generation(kube, key, ars2.metadata.generation), what="image change acted upon")
+        await wait_for(
+            lambda: _acted_on_new_generation(kube, key, ars2.metadata.generation), what="image change acted upon"
+        )
         ers_new = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
         assert ers_new.spec.actionable_revision == 2
-        assert ers_new.spec.ephemeral_runner_spec.spec["containers"][0]["image"] == "ghcr.io/actions/actions-runner:2.330.0"
+        assert (
+            ers_new.spec.ephemeral_runner_spec.spec["containers"][0]["image"]
+            == "ghcr.io/actions/actions-runner:2.330.0"
+        )
         assert ers_new.metadata.uid == ers.metadata.uid
         al_new = await kube.reader.get(AUTOSCALING_LISTENERS, al_key)
-        assert al_new.metadata.uid == al.metadata.uid and al_new.metadata.resource_version == al.metadata.resource_version
+        assert (
+            al_new.metadata.uid == al.metadata.uid and al_new.metadata.resource_version == al.metadata.resource_version
+        )
 
         async def revision_stays() -> bool:
             return (await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)).spec.actionable_revision == 2
@@ -201,12 +249,20 @@ async def test_noop_reencoding_keeps_revision_and_image_change_bumps_once(kube, 
 
 async def _acted_on_new_generation(kube: Any, key: ObjectKey, old_generation: int) -> AutoscalingRunnerSet | None:
     ars = await get_ars(kube, key)
-    if ars and ars.metadata.generation > old_generation and ars.status and ars.status.observed_generation == ars.metadata.generation and ars.status.phase == "Running":
+    if (
+        ars
+        and ars.metadata.generation > old_generation
+        and ars.status
+        and ars.status.observed_generation == ars.metadata.generation
+        and ars.status.phase == "Running"
+    ):
         return ars
     return None
 
 
-async def test_min_max_change_patches_the_listener_in_place(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_min_max_change_patches_the_listener_in_place(
+    kube, namespace, worker_settings, github_secret, actions_sim
+):
     """ARC deletes and re-creates the listener on any listener spec change; runnerscale patches it."""
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace):
@@ -215,8 +271,15 @@ async def test_min_max_change_patches_the_listener_in_place(kube, namespace, wor
         al_key = ObjectKey(namespace, ars_listener_name(ars))
         al = await kube.reader.get(AUTOSCALING_LISTENERS, al_key)
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
-        await kube.writer.patch_merge(AUTOSCALING_RUNNER_SETS, key, {"spec": {"maxRunners": 20, "minRunners": 2}}, resource_version=ars.metadata.resource_version)
-        await wait_for(lambda: _acted_on_new_generation(kube, key, ars.metadata.generation), what="min/max change acted upon")
+        await kube.writer.patch_merge(
+            AUTOSCALING_RUNNER_SETS,
+            key,
+            {"spec": {"maxRunners": 20, "minRunners": 2}},
+            resource_version=ars.metadata.resource_version,
+        )
+        await wait_for(
+            lambda: _acted_on_new_generation(kube, key, ars.metadata.generation), what="min/max change acted upon"
+        )
         al_new = await kube.reader.get(AUTOSCALING_LISTENERS, al_key)
         assert al_new.metadata.uid == al.metadata.uid
         assert (al_new.spec.min_runners, al_new.spec.max_runners) == (2, 20)
@@ -227,7 +290,9 @@ async def test_min_max_change_patches_the_listener_in_place(kube, namespace, wor
 # --- the Outdated guard (seed 002) -----------------------------------------------------------------
 
 
-async def test_outdated_guard_waits_for_applied_revision_then_parks(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_outdated_guard_waits_for_applied_revision_then_parks(
+    kube, namespace, worker_settings, github_secret, actions_sim
+):
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace):
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
@@ -235,10 +300,22 @@ async def test_outdated_guard_waits_for_applied_revision_then_parks(kube, namesp
         al_key = ObjectKey(namespace, ars_listener_name(ars))
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
         # The desired-state flow had scaled the set up.
-        ers = await kube.writer.patch_merge(EPHEMERAL_RUNNER_SETS, key, {"spec": {"replicas": 3, "patchID": 7}}, resource_version=ers.metadata.resource_version)
+        ers = await kube.writer.patch_merge(
+            EPHEMERAL_RUNNER_SETS,
+            key,
+            {"spec": {"replicas": 3, "patchID": 7}},
+            resource_version=ers.metadata.resource_version,
+        )
 
         # Outdated, but the runner-set worker has not applied the current revision yet: hold.
-        status = {"currentReplicas": 1, "pendingEphemeralRunners": 0, "runningEphemeralRunners": 0, "failedEphemeralRunners": 0, "phase": "Outdated", "appliedActionableRevision": 0}
+        status = {
+            "currentReplicas": 1,
+            "pendingEphemeralRunners": 0,
+            "runningEphemeralRunners": 0,
+            "failedEphemeralRunners": 0,
+            "phase": "Outdated",
+            "appliedActionableRevision": 0,
+        }
         await kube.writer.patch_status(EPHEMERAL_RUNNER_SETS, key, {"status": status})
 
         async def still_serving() -> bool:
@@ -251,7 +328,9 @@ async def test_outdated_guard_waits_for_applied_revision_then_parks(kube, namesp
         await consistently(still_serving)
 
         # Applied caught up with the spec revision: the verdict is about the current spec → park.
-        await kube.writer.patch_status(EPHEMERAL_RUNNER_SETS, key, {"status": {**status, "appliedActionableRevision": 1}})
+        await kube.writer.patch_status(
+            EPHEMERAL_RUNNER_SETS, key, {"status": {**status, "appliedActionableRevision": 1}}
+        )
         await settled(kube, key, phase="Outdated")
         await wait_for(lambda: _gone(kube, AUTOSCALING_LISTENERS, al_key), what="listener deleted")
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
@@ -284,7 +363,10 @@ async def test_runner_group_change_updates_the_service_and_moves_the_listener(ku
         await create_secret(kube, namespace, "gh", {"github_token": sim.pat})
         key = ObjectKey(namespace, "grouped")
         async with scale_set_worker(worker_settings, namespace):
-            await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, sim.config_url(), "gh", name="grouped", runnerGroup="team-a"))
+            await kube.writer.create(
+                AUTOSCALING_RUNNER_SETS,
+                manifest(namespace, sim.config_url(), "gh", name="grouped", runnerGroup="team-a"),
+            )
             ars = await settled(kube, key)
             assert ars.metadata.annotations[ANNOTATION_RUNNER_GROUP_NAME] == "team-a"
             [scale_set] = await sim.control.scale_sets()
@@ -292,8 +374,15 @@ async def test_runner_group_change_updates_the_service_and_moves_the_listener(ku
             old_listener = ObjectKey(namespace, ars_listener_name(ars))
 
             fresh = await get_ars(kube, key)
-            await kube.writer.patch_merge(AUTOSCALING_RUNNER_SETS, key, {"spec": {"runnerGroup": "team-b"}}, resource_version=fresh.metadata.resource_version)
-            ars = await wait_for(lambda: _acted_on_new_generation(kube, key, fresh.metadata.generation), what="group change acted upon")
+            await kube.writer.patch_merge(
+                AUTOSCALING_RUNNER_SETS,
+                key,
+                {"spec": {"runnerGroup": "team-b"}},
+                resource_version=fresh.metadata.resource_version,
+            )
+            ars = await wait_for(
+                lambda: _acted_on_new_generation(kube, key, fresh.metadata.generation), what="group change acted upon"
+            )
             assert ars.metadata.annotations[ANNOTATION_RUNNER_GROUP_NAME] == "team-b"
             [moved] = await sim.control.scale_sets()
             assert (moved.id, moved.runner_group_id) == (scale_set.id, 3)  # updated in place, not re-created
@@ -309,7 +398,9 @@ async def test_runner_group_change_updates_the_service_and_moves_the_listener(ku
 # --- deletion ------------------------------------------------------------------------------------------
 
 
-async def test_delete_removes_listener_ers_scale_set_then_finalizer(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_delete_removes_listener_ers_scale_set_then_finalizer(
+    kube, namespace, worker_settings, github_secret, actions_sim
+):
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace):
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
@@ -326,15 +417,22 @@ async def test_delete_removes_listener_ers_scale_set_then_finalizer(kube, namesp
 # --- optimistic locking ------------------------------------------------------------------------------
 
 
-async def test_conflict_on_ers_patch_rereads_and_converges(kube_api, kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_conflict_on_ers_patch_rereads_and_converges(
+    kube_api, kube, namespace, worker_settings, github_secret, actions_sim
+):
     control = kube_api.require_emulator()
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace) as w:
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
         ars = await settled(kube, key)
-        await control.add_fault_async(action="error", code=409, verb="patch", resource="ephemeralrunnersets", namespace=namespace, times=2)
+        await control.add_fault_async(
+            action="error", code=409, verb="patch", resource="ephemeralrunnersets", namespace=namespace, times=2
+        )
         await patch_template_container(kube, key, image="ghcr.io/actions/actions-runner:2.330.0")
-        await wait_for(lambda: _acted_on_new_generation(kube, key, ars.metadata.generation), what="image change acted upon despite 409s")
+        await wait_for(
+            lambda: _acted_on_new_generation(kube, key, ars.metadata.generation),
+            what="image change acted upon despite 409s",
+        )
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
         assert ers.spec.actionable_revision == 2  # bumped once, not once per attempt
         assert ers.spec.ephemeral_runner_spec.spec["containers"][0]["image"] == "ghcr.io/actions/actions-runner:2.330.0"
@@ -344,11 +442,20 @@ async def test_conflict_on_ers_patch_rereads_and_converges(kube_api, kube, names
 # --- invalid input -----------------------------------------------------------------------------------
 
 
-async def test_invalid_manifest_gets_an_event_and_no_service_call(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_invalid_manifest_gets_an_event_and_no_service_call(
+    kube, namespace, worker_settings, github_secret, actions_sim
+):
     key = ObjectKey(namespace, "broken")
     async with scale_set_worker(worker_settings, namespace) as w:
         await actions_sim.control.clear_requests()
-        bad = manifest(namespace, actions_sim.config_url() + "/repo/extra", github_secret, name="broken", minRunners=9, maxRunners=2)
+        bad = manifest(
+            namespace,
+            actions_sim.config_url() + "/repo/extra",
+            github_secret,
+            name="broken",
+            minRunners=9,
+            maxRunners=2,
+        )
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, bad)
 
         async def warned() -> Any:
@@ -366,7 +473,9 @@ async def test_invalid_manifest_gets_an_event_and_no_service_call(kube, namespac
 async def test_missing_secret_gets_an_event_and_recovers_when_created(kube, namespace, worker_settings, actions_sim):
     key = ObjectKey(namespace, "nosecret")
     async with scale_set_worker(worker_settings, namespace, credentials_requeue=0.5):
-        await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), "later", name="nosecret"))
+        await kube.writer.create(
+            AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), "later", name="nosecret")
+        )
 
         async def warned() -> Any:
             return [e for e in await events_for(kube, namespace, "nosecret") if e.reason == "CredentialsUnavailable"]
@@ -387,7 +496,9 @@ async def _with_phase(kube: Any, key: ObjectKey, phase: str) -> AutoscalingRunne
 # --- re-registration (peers.md §2 #5: a stale scale set id is a permanent outage in ARC) ----------
 
 
-async def test_scale_set_deleted_at_the_service_is_re_registered(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_scale_set_deleted_at_the_service_is_re_registered(
+    kube, namespace, worker_settings, github_secret, actions_sim
+):
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace, verify_interval=0.5):
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
@@ -406,7 +517,11 @@ async def test_scale_set_deleted_at_the_service_is_re_registered(kube, namespace
         async def children_follow() -> bool:
             e = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
             a = await kube.reader.get(AUTOSCALING_LISTENERS, ObjectKey(namespace, ars_listener_name(ars)))
-            return e.spec.ephemeral_runner_spec.runner_scale_set_id == new_id and e.spec.actionable_revision == 2 and a.spec.runner_scale_set_id == new_id
+            return (
+                e.spec.ephemeral_runner_spec.runner_scale_set_id == new_id
+                and e.spec.actionable_revision == 2
+                and a.spec.runner_scale_set_id == new_id
+            )
 
         await wait_for(children_follow, what="ERS and listener point at the new scale set")
 
@@ -414,12 +529,16 @@ async def test_scale_set_deleted_at_the_service_is_re_registered(kube, namespace
 # --- horizontal scale (DESIGN §6) ----------------------------------------------------------------------
 
 
-async def test_two_replicas_register_each_scale_set_once_and_survive_a_crash(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_two_replicas_register_each_scale_set_once_and_survive_a_crash(
+    kube, namespace, worker_settings, github_secret, actions_sim
+):
     names = ["set-a", "set-b", "set-c", "set-d"]
     async with scale_set_worker(worker_settings, namespace, replica="a", shards=4) as a:
         async with scale_set_worker(worker_settings, namespace, replica="b", shards=4) as b:
             for n in names:
-                await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret, name=n))
+                await kube.writer.create(
+                    AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret, name=n)
+                )
             for n in names:
                 await settled(kube, ObjectKey(namespace, n))
             sets = await actions_sim.control.scale_sets()
@@ -427,7 +546,9 @@ async def test_two_replicas_register_each_scale_set_once_and_survive_a_crash(kub
 
             a.kill()  # a crash: a's shards move to b once their leases expire
             for n in names:
-                await patch_template_container(kube, ObjectKey(namespace, n), image="ghcr.io/actions/actions-runner:9.9.9")
+                await patch_template_container(
+                    kube, ObjectKey(namespace, n), image="ghcr.io/actions/actions-runner:9.9.9"
+                )
             for n in names:
                 await settled(kube, ObjectKey(namespace, n))
 
@@ -446,9 +567,14 @@ async def test_two_replicas_register_each_scale_set_once_and_survive_a_crash(kub
 # --- dependencies that fail ----------------------------------------------------------------------------
 
 
-async def test_unknown_runner_group_gets_an_event_and_no_scale_set(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_unknown_runner_group_gets_an_event_and_no_scale_set(
+    kube, namespace, worker_settings, github_secret, actions_sim
+):
     async with scale_set_worker(worker_settings, namespace):
-        await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret, name="nogroup", runnerGroup="does-not-exist"))
+        await kube.writer.create(
+            AUTOSCALING_RUNNER_SETS,
+            manifest(namespace, actions_sim.config_url(), github_secret, name="nogroup", runnerGroup="does-not-exist"),
+        )
 
         async def warned() -> Any:
             return [e for e in await events_for(kube, namespace, "nogroup") if e.reason == "RunnerGroupNotFound"]
@@ -470,10 +596,14 @@ async def test_service_error_is_reported_and_retried(kube, namespace, worker_set
         assert len(await actions_sim.control.scale_sets()) == 1
 
 
-async def test_child_rejected_by_the_api_server_is_an_event_not_a_crash_loop(kube_api, kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_child_rejected_by_the_api_server_is_an_event_not_a_crash_loop(
+    kube_api, kube, namespace, worker_settings, github_secret, actions_sim
+):
     control = kube_api.require_emulator()
     key = ObjectKey(namespace, "minimal")
-    await control.add_fault_async(action="error", code=422, verb="create", resource="ephemeralrunnersets", namespace=namespace, times=1)
+    await control.add_fault_async(
+        action="error", code=422, verb="create", resource="ephemeralrunnersets", namespace=namespace, times=1
+    )
     async with scale_set_worker(worker_settings, namespace, credentials_requeue=0.5):
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
 

@@ -11,13 +11,12 @@ from typing import Any
 import anyio
 import pytest
 
+from services.runner.worker import WORKER_NAME, make_setup
 from shared.bus.messages import JobStarted
 from shared.kube.leases import KubeShardOwnership
 from shared.worker import SettingsError, running_worker
 from shared.worker.runtime import shard_group
 from shared.worker.settings import add_worker_arguments, load_worker_settings
-from services.runner.worker import WORKER_NAME, make_setup
-
 from tests.scenario.conftest import wait_for
 from tests.scenario.test_runner_helpers import FAST, RunnerEnv, register_scale_set
 from tests.scenario.test_runner_jobs import EXPECTED, _event, _job_fields, _registered
@@ -34,9 +33,18 @@ def _load(argv: list[str], env: dict[str, str]) -> Any:
 def test_ownership_settings_default_to_kubernetes_leases() -> None:
     s = _load([], {})
     assert (s.ownership, s.lease_namespace, s.lease_duration) == ("kube", "", 10.0)
-    s = _load([], {"RUNNERSCALE_OWNERSHIP": "nats", "RUNNERSCALE_LEASE_NAMESPACE": "arc-system", "RUNNERSCALE_LEASE_DURATION": "9"})
+    s = _load(
+        [],
+        {
+            "RUNNERSCALE_OWNERSHIP": "nats",
+            "RUNNERSCALE_LEASE_NAMESPACE": "arc-system",
+            "RUNNERSCALE_LEASE_DURATION": "9",
+        },
+    )
     assert (s.ownership, s.lease_namespace, s.lease_duration) == ("nats", "arc-system", 9.0)
-    s = _load(["--ownership", "kube", "--lease-duration", "4", "--lease-namespace", "x"], {"RUNNERSCALE_OWNERSHIP": "nats"})
+    s = _load(
+        ["--ownership", "kube", "--lease-duration", "4", "--lease-namespace", "x"], {"RUNNERSCALE_OWNERSHIP": "nats"}
+    )
     assert (s.ownership, s.lease_namespace, s.lease_duration) == ("kube", "x", 4.0)
     with pytest.raises(SettingsError, match="RUNNERSCALE_OWNERSHIP"):
         _load(["--ownership", "etcd"], {})
@@ -47,10 +55,16 @@ def test_ownership_settings_default_to_kubernetes_leases() -> None:
     # Replicas watching different namespaces reconcile different keys: different shard groups.
     assert shard_group("runner", _load([], {})) == "runner"
     a, b = _load(["--watch-namespace", "b,a"], {}), _load(["--watch-namespace", "a", "--watch-namespace", "b"], {})
-    assert shard_group("runner", a) == shard_group("runner", b) != shard_group("runner", _load(["--watch-namespace", "c"], {}))
+    assert (
+        shard_group("runner", a)
+        == shard_group("runner", b)
+        != shard_group("runner", _load(["--watch-namespace", "c"], {}))
+    )
 
 
-async def test_runner_worker_keeps_reconciling_through_a_nats_outage(kube, namespace, actions_sim, github_secret, worker_settings, nats_server, bus) -> None:
+async def test_runner_worker_keeps_reconciling_through_a_nats_outage(
+    kube, namespace, actions_sim, github_secret, worker_settings, nats_server, bus
+) -> None:
     env = RunnerEnv(kube, namespace, actions_sim, await register_scale_set(actions_sim), github_secret)
     settings = worker_settings("r0", bus={"shards": 2}, ownership="kube", lease_duration=3.0)
     async with running_worker(WORKER_NAME, settings, make_setup(FAST, holder=env.holder)) as w:
@@ -72,7 +86,9 @@ async def test_runner_worker_keeps_reconciling_through_a_nats_outage(kube, names
         er_during = await _registered(env, "er-during")
         # Still reconciling after a NATS KV lease would have lapsed (its validity is below the TTL).
         lapse = settings.bus.lease_ttl + settings.bus.effective_renew_interval
-        await wait_for(lambda: anyio.current_time() > stopped_at + lapse, timeout=lapse + 5, what="past a NATS lease's lifetime")
+        await wait_for(
+            lambda: anyio.current_time() > stopped_at + lapse, timeout=lapse + 5, what="past a NATS lease's lifetime"
+        )
         assert len(ctx.shards.owned_shards()) == 2
         await env.create_er("er-later")
         await env.wait_pod("er-later")
@@ -93,7 +109,9 @@ async def test_runner_worker_keeps_reconciling_through_a_nats_outage(kube, names
 async def test_ownership_nats_still_selects_nats_kv_leases(worker_settings) -> None:
     from shared.bus import ShardOwnership
 
-    async with running_worker("ownership-nats-test", worker_settings("r0", bus={"shards": 2}, ownership="nats"), lambda ctx: []) as w:
+    async with running_worker(
+        "ownership-nats-test", worker_settings("r0", bus={"shards": 2}, ownership="nats"), lambda ctx: []
+    ) as w:
         await w.wait_ready()
         assert isinstance(w.ctx.shards, ShardOwnership)
         await wait_for(lambda: len(w.ctx.shards.owned_shards()) == 2, what="both shards owned through NATS KV")

@@ -9,7 +9,6 @@ import pytest
 from shared.bus import DesiredState, ResourceRef, subjects
 from shared.kube import SECRETS, ObjectKey
 from shared.worker import running_worker
-
 from tests.scenario.conftest import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -42,7 +41,9 @@ async def test_worker_runs_controllers_serves_http_and_routes_bus(worker_setting
         await kube.writer.create(SECRETS, {"metadata": {"name": "s1", "namespace": namespace}, "data": {}})
         await wait_for(lambda: ObjectKey(namespace, "s1") in seen, what="informer-driven reconcile")
         await bus.publish(
-            DesiredState(scale_set_id=1, ers=ResourceRef(namespace, "from-bus"), patch_id=1, replicas=1, listener_epoch=1)
+            DesiredState(
+                scale_set_id=1, ers=ResourceRef(namespace, "from-bus"), patch_id=1, replicas=1, listener_epoch=1
+            )
         )
         await wait_for(lambda: ObjectKey(namespace, "from-bus") in seen, what="bus-driven reconcile")
     assert w.done and w.failure is None
@@ -67,7 +68,6 @@ async def test_actions_client_pool_caches_and_rebuilds_on_secret_change(kube, na
 
     from shared.api import ConfigMapKeySelector, TLSCertificateSource, TLSConfig
     from shared.worker import ActionsClientPool, ActionsCredentialsUnavailable
-
     from tests.scenario.conftest import create_secret
 
     await create_secret(kube, namespace, "gh", {"github_token": actions_sim.pat})
@@ -78,22 +78,32 @@ async def test_actions_client_pool_caches_and_rebuilds_on_secret_change(kube, na
         assert await c1.get_scale_set_by_name("nope") is None  # the client works against the simulator
         secret = await kube.reader.get(SECRETS, ObjectKey(namespace, "gh"))
         await kube.writer.patch_merge(
-            SECRETS, ObjectKey(namespace, "gh"), {"data": {"github_token": base64.b64encode(actions_sim.pat.encode()).decode(), "x": "eA=="}},
+            SECRETS,
+            ObjectKey(namespace, "gh"),
+            {"data": {"github_token": base64.b64encode(actions_sim.pat.encode()).decode(), "x": "eA=="}},
             resource_version=secret.metadata.resource_version,
         )
         c2 = await pool.get(namespace, config_url=actions_sim.config_url(), secret_name="gh")
         assert c2 is not c1 and pool.builds == 2  # rotated secret → rebuilt client
         with pytest.raises(ActionsCredentialsUnavailable, match="not found"):
             await pool.get(namespace, config_url=actions_sim.config_url(), secret_name="missing")
-        await create_secret(kube, namespace, "bad-app", {"github_app_id": "1", "github_app_installation_id": "x", "github_app_private_key": "k"})
+        await create_secret(
+            kube,
+            namespace,
+            "bad-app",
+            {"github_app_id": "1", "github_app_installation_id": "x", "github_app_private_key": "k"},
+        )
         with pytest.raises(ActionsCredentialsUnavailable, match="installation"):
             await pool.get(namespace, config_url=actions_sim.config_url(), secret_name="bad-app")
-        tls = TLSConfig(certificate_from=TLSCertificateSource(config_map_key_ref=ConfigMapKeySelector(name="no-such-ca", key="ca.crt")))
+        tls = TLSConfig(
+            certificate_from=TLSCertificateSource(
+                config_map_key_ref=ConfigMapKeySelector(name="no-such-ca", key="ca.crt")
+            )
+        )
         with pytest.raises(ActionsCredentialsUnavailable, match="ConfigMap"):
             await pool.get(namespace, config_url=actions_sim.config_url(), secret_name="gh", tls=tls)
     finally:
         await pool.close()
-
 
 
 def _free_port() -> int:
@@ -114,14 +124,28 @@ async def test_cli_process_becomes_ready_and_stops_cleanly_on_sigterm(kube_api, 
     log_file = (tmp_path / "worker.log").open("wb")
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "shared.cli", "runner-set",
-            "--kubeconfig", str(kube_api.kubeconfig), "--nats-url", nats_server.url, "--watch-namespace", namespace,
-            "--metrics-addr", "127.0.0.1:0", "--health-addr", f"127.0.0.1:{health}", "--replica-id", "cli-0",
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "runner-set",
+            "--kubeconfig",
+            str(kube_api.kubeconfig),
+            "--nats-url",
+            nats_server.url,
+            "--watch-namespace",
+            namespace,
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--health-addr",
+            f"127.0.0.1:{health}",
+            "--replica-id",
+            "cli-0",
         ],
         stdout=subprocess.DEVNULL,
         stderr=log_file,
     )
     try:
+
         async def ready():
             assert proc.poll() is None, "worker exited early"
             try:
@@ -134,7 +158,9 @@ async def test_cli_process_becomes_ready_and_stops_cleanly_on_sigterm(kube_api, 
         proc.send_signal(signal.SIGTERM)
         code = await anyio.to_thread.run_sync(lambda: proc.wait(timeout=20))
         assert code == 0
-        lines = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines() if line.startswith("{")]
+        lines = [
+            json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines() if line.startswith("{")
+        ]
         assert any(line.get("msg") == "worker ready" for line in lines)
         assert any(line.get("msg") == "worker stopped" for line in lines)
     finally:

@@ -41,8 +41,15 @@ class Service:
     admin_token: str = ""
 
     async def call(
-        self, method: str, url: str, *, token: str | None = None, scheme: str = "Bearer", json: Any = None,
-        headers: dict[str, str] | None = None, params: dict[str, str] | None = None,
+        self,
+        method: str,
+        url: str,
+        *,
+        token: str | None = None,
+        scheme: str = "Bearer",
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
     ) -> Reply:
         hdrs = dict(headers or {})
         if token is not None:
@@ -59,8 +66,11 @@ class Service:
 
     async def exchange(self, config_url: str, registration_token: str) -> Reply:
         return await self.call(
-            "POST", f"{self.sim.url}/api/v3/actions/runner-registration", token=registration_token,
-            scheme="RemoteAuth", json={"url": config_url, "runner_event": "register"},
+            "POST",
+            f"{self.sim.url}/api/v3/actions/runner-registration",
+            token=registration_token,
+            scheme="RemoteAuth",
+            json={"url": config_url, "runner_event": "register"},
         )
 
     async def login(self, config_url: str | None = None, path: str = "orgs/octo-org") -> None:
@@ -92,7 +102,10 @@ class Service:
     async def poll(self, session: dict[str, Any], *, last: int = 0, capacity: str = "10") -> Reply:
         params = {"lastMessageId": str(last)} if last else None
         return await self.call(
-            "GET", session["messageQueueUrl"], token=session["messageQueueAccessToken"], params=params,
+            "GET",
+            session["messageQueueUrl"],
+            token=session["messageQueueAccessToken"],
+            params=params,
             headers={"X-ScaleSetMaxCapacity": capacity, "Accept": "application/json; api-version=6.0-preview"},
         )
 

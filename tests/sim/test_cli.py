@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from services.actions_sim.control_client import SyncSimControl
+from services.embedded.actions_sim.control_client import SyncSimControl
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
@@ -29,8 +29,22 @@ def test_cli_serves_seeded_orgs_and_stops_on_sigterm(tmp_path: Path) -> None:
     seed.write_text("orgs: [acme, umbrella]\nrunner_groups: [gpu]\nsettings: {poll_wait: 2}\n")
     creds = tmp_path / "creds.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "actions-sim", "--port", "0", "--seed-file", str(seed),
-         "--pat", "ghp_cli_test_pat_value", "--credentials-out", str(creds), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "actions-sim",
+            "--port",
+            "0",
+            "--seed-file",
+            str(seed),
+            "--pat",
+            "ghp_cli_test_pat_value",
+            "--credentials-out",
+            str(creds),
+            "--log-level",
+            "warning",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -58,7 +72,9 @@ def test_cli_rejects_a_bad_seed_file(tmp_path: Path) -> None:
     seed.write_text("orgz: [typo]\n")
     proc = subprocess.run(
         [sys.executable, "-m", "shared.cli", "actions-sim", "--port", "0", "--seed-file", str(seed)],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 2
     assert "orgz" in proc.stderr and "Traceback" not in proc.stderr

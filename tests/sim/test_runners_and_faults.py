@@ -6,8 +6,8 @@ import aiohttp
 import anyio
 import pytest
 
-from services.actions_sim.control_client import SimControlError
-from services.actions_sim.runner_agent import EXIT_ERROR, EXIT_OK, EXIT_OUTDATED, run_runner
+from services.embedded.actions_sim.control_client import SimControlError
+from services.embedded.actions_sim.runner_agent import EXIT_ERROR, EXIT_OK, EXIT_OUTDATED, run_runner
 from tests.fixtures.actions_sim import ActionsSim
 from tests.sim.conftest import Service, job_events
 
@@ -120,7 +120,7 @@ async def test_crashed_runner_before_start_hands_the_job_to_another(service: Ser
 
 
 def _runner_token(encoded: str) -> str:
-    from services.actions_sim.jitconfig import decode_jit_config
+    from services.embedded.actions_sim.jitconfig import decode_jit_config
 
     return decode_jit_config(encoded).credentials.data.token
 
@@ -358,14 +358,19 @@ async def test_no_credential_reaches_a_log_line(service: Service, caplog: pytest
     await service.sim.control.set_min_runner_version("2.330.0")
     ss = await service.create_scale_set()
     session = (await service.create_session(ss["id"])).json()
-    jit = (await service.jit(ss["id"], "old"))
+    jit = await service.jit(ss["id"], "old")
     with anyio.fail_after(10):
         await run_runner(service.sim.url, jit.json()["encodedJITConfig"], version="2.0.0")
     formatter = JsonFormatter()
     text = "\n".join(formatter.format(r) for r in caplog.records)
     assert "scale set created" in text and "outdated" in text  # the log is not simply empty
-    for secret in (service.sim.pat, service.admin_token, session["messageQueueAccessToken"],
-                   jit.json()["encodedJITConfig"], service.sim.app_private_key_pem.splitlines()[1]):
+    for secret in (
+        service.sim.pat,
+        service.admin_token,
+        session["messageQueueAccessToken"],
+        jit.json()["encodedJITConfig"],
+        service.sim.app_private_key_pem.splitlines()[1],
+    ):
         assert secret not in text
 
 

@@ -6,7 +6,7 @@ import anyio
 import msgspec
 import pytest
 
-from services.actions_sim.settings import generate_private_key_pem
+from services.embedded.actions_sim.settings import generate_private_key_pem
 from tests.fixtures.actions_sim import ActionsSim
 from tests.sim.conftest import Service, app_jwt, job_events
 
@@ -105,26 +105,36 @@ async def test_scale_set_crud_and_lookup(service: Service) -> None:
     assert created["id"] == 1 and created["runnerGroupName"] == "Default"
     assert created["RunnerSetting"]["disableUpdate"] is True
     assert set(created["statistics"]) == {
-        "totalAvailableJobs", "totalAcquiredJobs", "totalAssignedJobs", "totalRunningJobs",
-        "totalRegisteredRunners", "totalBusyRunners", "totalIdleRunners",
+        "totalAvailableJobs",
+        "totalAcquiredJobs",
+        "totalAssignedJobs",
+        "totalRunningJobs",
+        "totalRegisteredRunners",
+        "totalBusyRunners",
+        "totalIdleRunners",
     }
     dup = await service.admin("POST", "_apis/runtime/runnerscalesets", {"name": "linux", "runnerGroupId": 1})
     assert dup.status == 409
     by_name = await service.admin("GET", "_apis/runtime/runnerscalesets")
     assert by_name.json()["count"] == 1
     found = await service.call(
-        "GET", service.base + "_apis/runtime/runnerscalesets", token=service.admin_token,
+        "GET",
+        service.base + "_apis/runtime/runnerscalesets",
+        token=service.admin_token,
         params={"runnerGroupId": "1", "name": "linux", "api-version": "6.0-preview"},
     )
     assert found.json()["count"] == 1 and found.json()["value"][0]["id"] == created["id"]
     none = await service.call(
-        "GET", service.base + "_apis/runtime/runnerscalesets", token=service.admin_token,
+        "GET",
+        service.base + "_apis/runtime/runnerscalesets",
+        token=service.admin_token,
         params={"runnerGroupId": "1", "name": "other"},
     )
     assert none.json() == {"count": 0, "value": []}
 
     patched = await service.admin(
-        "PATCH", f"_apis/runtime/runnerscalesets/{created['id']}",
+        "PATCH",
+        f"_apis/runtime/runnerscalesets/{created['id']}",
         {"name": "linux-renamed", "RunnerSetting": {}, "createdOn": "0001-01-01T00:00:00Z"},
     )
     assert patched.status == 200 and patched.json()["name"] == "linux-renamed"
@@ -162,7 +172,9 @@ async def test_runner_registration_lookup_and_removal(service: Service) -> None:
     by_id = await service.admin("GET", f"_apis/distributedtask/pools/0/agents/{runner['id']}")
     assert by_id.status == 200 and by_id.json()["name"] == "runner-1"
     by_name = await service.call(
-        "GET", service.base + "_apis/distributedtask/pools/0/agents", token=service.admin_token,
+        "GET",
+        service.base + "_apis/distributedtask/pools/0/agents",
+        token=service.admin_token,
         params={"agentName": "runner-1"},
     )
     assert by_name.json()["count"] == 1
@@ -367,13 +379,15 @@ async def test_absolute_form_request_from_a_proxy_gets_urls_with_the_real_port(a
     import aiohttp
     import anyio
 
-    async with aiohttp.ClientSession() as s:
-        async with s.post(
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(
             f"{actions_sim.url}/api/v3/orgs/{actions_sim.org}/actions/runners/registration-token",
             headers={"Authorization": f"Bearer {actions_sim.pat}"},
-        ) as r:
-            assert r.status == 201
-            reg_token = (await r.json())["token"]
+        ) as r,
+    ):
+        assert r.status == 201
+        reg_token = (await r.json())["token"]
     base = urlsplit(actions_sim.url)
     body = _json.dumps({"url": actions_sim.config_url(), "runner_event": "register"}).encode()
     request = (

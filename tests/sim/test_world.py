@@ -5,11 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from services.actions_sim import wire
-from services.actions_sim.faults import FaultBook, FaultRuleError
-from services.actions_sim.jitconfig import JitConfigError, decode_jit_config
-from services.actions_sim.views import FaultRule, JobSpec, SimSettings
-from services.actions_sim.world import (
+from services.embedded.actions_sim import wire
+from services.embedded.actions_sim.faults import FaultBook, FaultRuleError
+from services.embedded.actions_sim.jitconfig import JitConfigError, decode_jit_config
+from services.embedded.actions_sim.views import FaultRule, JobSpec, SimSettings
+from services.embedded.actions_sim.world import (
     MESSAGE_ID_BASE,
     ScopeRef,
     Seed,

@@ -26,7 +26,7 @@ def pem(rsa_key: rsa.RSAPrivateKey) -> str:
 
 
 def test_app_jwt_claims_and_signature(rsa_key: rsa.RSAPrivateKey, pem: str) -> None:
-    now = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
     token = app_jwt(AppCredentials(app_id="12345", installation_id=7, private_key=pem), now=now)
     claims = jwt.decode(
         token, rsa_key.public_key(), algorithms=["RS256"], options={"verify_exp": False, "verify_iat": False}
@@ -44,7 +44,7 @@ def test_bad_private_key_is_a_credentials_error_without_key_material() -> None:
 
 def test_jwt_expiry_is_read_without_verification() -> None:
     token = jwt.encode({"exp": 4102444800}, "any-signing-secret-of-sufficient-length", algorithm="HS256")
-    assert jwt_expiry(token) == dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)
+    assert jwt_expiry(token) == dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_jwt_expiry_of_non_jwt_is_none(token: str) -> None:
 
 
 def test_refresh_rule_margin() -> None:
-    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     assert needs_refresh(None, now=now, margin=60)
     assert needs_refresh(now + dt.timedelta(seconds=59), now=now, margin=60)
     assert needs_refresh(now + dt.timedelta(seconds=60), now=now, margin=60)

@@ -42,7 +42,7 @@ def test_retry_after_is_ignored_on_other_statuses() -> None:
 
 
 def test_parse_retry_after_seconds_and_http_date() -> None:
-    now = dt.datetime(2026, 1, 1, 0, 0, 0, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 1, 0, 0, 0, tzinfo=dt.UTC)
     assert parse_retry_after("3") == 3.0
     assert parse_retry_after("Thu, 01 Jan 2026 00:00:10 GMT", now=now) == 10.0
     assert parse_retry_after("Wed, 31 Dec 2025 00:00:00 GMT", now=now) == 0.0  # past date: retry now

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 import pytest
 import yaml
 
+from services.runner_set import decide as runner_set_decide
+from services.scale_set import decide as scale_set_decide
 from shared.api import (
     KIND_BY_NAME,
     AutoscalingRunnerSet,
@@ -33,8 +36,6 @@ from shared.api import (
     status_patch,
     to_dict,
 )
-from services.runner_set import decide as runner_set_decide
-from services.scale_set import decide as scale_set_decide
 
 ARC_DATA = Path(__file__).resolve().parent.parent / "data" / "arc"
 SAMPLES = sorted(
@@ -130,34 +131,69 @@ VARIANTS: list[tuple[str, list[Callable[[dict[str, Any]], None]]]] = [
     ("ars-minimal.yaml", [_set("spec.listenerMetrics", {})]),
     ("ars-minimal.yaml", [_set("spec.listenerMetrics", {"counters": {}, "gauges": {}, "histograms": {}})]),
     ("ars-minimal.yaml", [_set("spec.listenerMetrics", {"histograms": {"h": {"labels": [], "buckets": []}}})]),
-    ("ars-minimal.yaml", [_set("spec.listenerMetrics", {"histograms": {"h": {"labels": ["name"], "buckets": [1, 2.5, 10.0]}}})]),
+    (
+        "ars-minimal.yaml",
+        [_set("spec.listenerMetrics", {"histograms": {"h": {"labels": ["name"], "buckets": [1, 2.5, 10.0]}}})],
+    ),
     ("ars-minimal.yaml", [_set("spec.listenerMetrics", {"counters": {"c": {"labels": []}}})]),
     ("ars-minimal.yaml", [_set("spec.listenerConfigSecretMetadata", {"labels": {}, "annotations": {}})]),
     ("ars-minimal.yaml", [_set("spec.autoscalingListener", {})]),
-    ("ars-minimal.yaml", [_set("spec.ephemeralRunnerMetadata", {"labels": {}}), _set("spec.ephemeralRunnerSetMetadata", {"annotations": {}})]),
+    (
+        "ars-minimal.yaml",
+        [
+            _set("spec.ephemeralRunnerMetadata", {"labels": {}}),
+            _set("spec.ephemeralRunnerSetMetadata", {"annotations": {}}),
+        ],
+    ),
     ("ars-minimal.yaml", [_set("spec.proxy", {"http": {}, "noProxy": []})]),
     ("ars-minimal.yaml", [_set("spec.proxy", {"https": {"url": "", "credentialSecretRef": ""}})]),
     ("ars-minimal.yaml", [_set("spec.githubServerTLS", {})]),
-    ("ars-minimal.yaml", [_set("spec.githubServerTLS", {"certificateFrom": {"configMapKeyRef": {"key": "ca.crt", "name": ""}}})]),
+    (
+        "ars-minimal.yaml",
+        [_set("spec.githubServerTLS", {"certificateFrom": {"configMapKeyRef": {"key": "ca.crt", "name": ""}}})],
+    ),
     ("ars-minimal.yaml", [_set("spec.vaultConfig", {"type": "", "proxy": {}})]),
     ("ars-minimal.yaml", [_set("spec.listenerTemplate", {}), _set("spec.template.metadata", {})]),
-    ("ars-minimal.yaml", [_set("metadata.labels", {}), _set("metadata.annotations", {}), _set("metadata.finalizers", [])]),
+    (
+        "ars-minimal.yaml",
+        [_set("metadata.labels", {}), _set("metadata.annotations", {}), _set("metadata.finalizers", [])],
+    ),
     # ... explicit zero values and nulls
     ("ars-minimal.yaml", [_set("spec.runnerGroup", ""), _set("spec.runnerScaleSetName", "")]),
     ("ars-minimal.yaml", [_set("spec.minRunners", 0), _set("spec.maxRunners", 0)]),
-    ("ars-minimal.yaml", [_set("spec.minRunners", None), _set("spec.proxy", None), _set("spec.listenerTemplate", None)]),
+    (
+        "ars-minimal.yaml",
+        [_set("spec.minRunners", None), _set("spec.proxy", None), _set("spec.listenerTemplate", None)],
+    ),
     ("ars-minimal.yaml", [_set("metadata.generation", 0), _set("metadata.namespace", "")]),
     ("ars-minimal.yaml", [_set("status", {"currentRunners": 0})]),
     ("ars-minimal.yaml", [_set("status", {"phase": "", "observedGeneration": 0, "failedEphemeralRunners": 0})]),
-    ("ars-dind.yaml", [_set("status", {"currentRunners": 0, "phase": "Running", "pendingEphemeralRunners": 0,
-                                       "runningEphemeralRunners": 0, "failedEphemeralRunners": 0, "observedGeneration": 0})]),
+    (
+        "ars-dind.yaml",
+        [
+            _set(
+                "status",
+                {
+                    "currentRunners": 0,
+                    "phase": "Running",
+                    "pendingEphemeralRunners": 0,
+                    "runningEphemeralRunners": 0,
+                    "failedEphemeralRunners": 0,
+                    "observedGeneration": 0,
+                },
+            )
+        ],
+    ),
     # EphemeralRunnerSet
     ("ers.yaml", [_set("spec.replicas", 0), _set("spec.patchID", 0), _set("spec.actionableRevision", 0)]),
     ("ers.yaml", [_set("spec.ephemeralRunnerMetadata", {})]),
     ("ers.yaml", [_set("spec.ephemeralRunnerSpec.metadata", {}), _set("spec.ephemeralRunnerSpec.proxySecretRef", "")]),
     ("ers.yaml", [_set("spec.ephemeralRunnerSpec.proxy", {"https": {}, "noProxy": []})]),
     ("ers.yaml", [_set("status", {"finishedRunnerCleanupPatchID": None})]),
-    ("ers.yaml", [_set("status", {"finishedRunnerCleanupPatchID": 0, "appliedActionableRevision": 0, "currentReplicas": 0})]),
+    (
+        "ers.yaml",
+        [_set("status", {"finishedRunnerCleanupPatchID": 0, "appliedActionableRevision": 0, "currentReplicas": 0})],
+    ),
     ("ers.yaml", [_set("status", {"phase": ""})]),
     # EphemeralRunner
     ("er.yaml", [_set("spec.metadata", {}), _set("spec.spec.volumes", [])]),
@@ -167,7 +203,15 @@ VARIANTS: list[tuple[str, list[Callable[[dict[str, Any]], None]]]] = [
     # AutoscalingListener
     ("al.yaml", [_set("spec.imagePullSecrets", []), _set("spec.metrics", {})]),
     ("al.yaml", [_set("spec.imagePullSecrets", [{}, {"name": ""}])]),
-    ("al.yaml", [_set("spec.minRunners", 0), _set("spec.maxRunners", 0), _set("spec.runnerScaleSetId", 0), _set("spec.image", "")]),
+    (
+        "al.yaml",
+        [
+            _set("spec.minRunners", 0),
+            _set("spec.maxRunners", 0),
+            _set("spec.runnerScaleSetId", 0),
+            _set("spec.image", ""),
+        ],
+    ),
     ("al.yaml", [_set("spec.serviceAccountMetadata", {"labels": {}}), _set("spec.template", None)]),
 ]
 
@@ -190,7 +234,12 @@ def test_list_and_watch_event_items_round_trip_exactly() -> None:
     er["status"] = {"failures": {}}
     bare = load("er.yaml")
     del bare["status"]
-    body = {"apiVersion": "actions.github.com/v1alpha1", "kind": "EphemeralRunnerList", "metadata": {}, "items": [er, bare]}
+    body = {
+        "apiVersion": "actions.github.com/v1alpha1",
+        "kind": "EphemeralRunnerList",
+        "metadata": {},
+        "items": [er, bare],
+    }
     items = decode(ObjectList[EphemeralRunner], json.dumps(body).encode()).items
     assert [exact(to_dict(i)) for i in items] == [exact(er), exact(bare)]
     event = decode(WatchEvent[EphemeralRunner], json.dumps({"type": "MODIFIED", "object": er}))
@@ -247,12 +296,21 @@ def test_status_patch_sets_every_field_of_a_decoded_status() -> None:
 
 
 def test_scale_set_status_patch_writes_counts_that_dropped_to_zero() -> None:
-    ars = decode(AutoscalingRunnerSet, {
-        **load("ars-minimal.yaml"),
-        "metadata": {"name": "x", "namespace": "n", "generation": 2},
-        "status": {"currentRunners": 5, "phase": "Running", "pendingEphemeralRunners": 2,
-                   "runningEphemeralRunners": 3, "failedEphemeralRunners": 1, "observedGeneration": 2},
-    })
+    ars = decode(
+        AutoscalingRunnerSet,
+        {
+            **load("ars-minimal.yaml"),
+            "metadata": {"name": "x", "namespace": "n", "generation": 2},
+            "status": {
+                "currentRunners": 5,
+                "phase": "Running",
+                "pendingEphemeralRunners": 2,
+                "runningEphemeralRunners": 3,
+                "failedEphemeralRunners": 1,
+                "observedGeneration": 2,
+            },
+        },
+    )
     ers = decode(EphemeralRunnerSet, {**load("ers.yaml"), "status": {"phase": "Running"}})  # counts absent: 0
     status = scale_set_decide.next_status(ars, ers, acted=True)
     patch = scale_set_decide.status_patch(ars, status)
@@ -273,12 +331,21 @@ def test_scale_set_status_patch_writes_counts_that_dropped_to_zero() -> None:
 
 
 def test_runner_set_status_diff_writes_counts_that_dropped_to_zero() -> None:
-    stored = decode(EphemeralRunnerSetStatus, {"currentReplicas": 4, "pendingEphemeralRunners": 1,
-                                               "runningEphemeralRunners": 3, "phase": "Running"})
-    wanted = {"currentReplicas": 0, "pendingEphemeralRunners": 0, "runningEphemeralRunners": 0,
-              "failedEphemeralRunners": 0, "phase": "Running"}
+    stored = decode(
+        EphemeralRunnerSetStatus,
+        {"currentReplicas": 4, "pendingEphemeralRunners": 1, "runningEphemeralRunners": 3, "phase": "Running"},
+    )
+    wanted = {
+        "currentReplicas": 0,
+        "pendingEphemeralRunners": 0,
+        "runningEphemeralRunners": 0,
+        "failedEphemeralRunners": 0,
+        "phase": "Running",
+    }
     assert runner_set_decide.status_diff(stored, wanted) == {
-        "currentReplicas": 0, "pendingEphemeralRunners": 0, "runningEphemeralRunners": 0,
+        "currentReplicas": 0,
+        "pendingEphemeralRunners": 0,
+        "runningEphemeralRunners": 0,
     }
     # A field the stored status lacks counts as 0, as before: no write for a 0 that is already 0.
     assert runner_set_decide.status_diff(decode(EphemeralRunnerSetStatus, {"phase": "Running"}), wanted) is None

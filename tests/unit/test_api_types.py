@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -174,10 +174,14 @@ def test_kind_registry() -> None:
         (lambda m: m["spec"].__setitem__("template", ["not", "a", "map"]), "$.spec.template"),
         # msgspec names a map value by [...] rather than by its key.
         (lambda m: m["metadata"]["labels"].__setitem__("team", 7), "$.metadata.labels[...]"),
-        (lambda m: m["spec"]["githubServerTLS"]["certificateFrom"]["configMapKeyRef"].pop("key"),
-         "$.spec.githubServerTLS.certificateFrom.configMapKeyRef"),
-        (lambda m: m["spec"]["listenerMetrics"]["counters"]["gha_started_jobs_total"].pop("labels"),
-         "$.spec.listenerMetrics.counters[...]"),
+        (
+            lambda m: m["spec"]["githubServerTLS"]["certificateFrom"]["configMapKeyRef"].pop("key"),
+            "$.spec.githubServerTLS.certificateFrom.configMapKeyRef",
+        ),
+        (
+            lambda m: m["spec"]["listenerMetrics"]["counters"]["gha_started_jobs_total"].pop("labels"),
+            "$.spec.listenerMetrics.counters[...]",
+        ),
         (lambda m: m.__setitem__("status", {"phase": "Sleeping"}), "$.status.phase"),
         (lambda m: m.__setitem__("kind", "EphemeralRunnerSet"), "$.kind"),
         (lambda m: m.__setitem__("apiVersion", "actions.summerwind.dev/v1alpha1"), "$.apiVersion"),
@@ -238,7 +242,7 @@ def test_ephemeral_runner_helpers() -> None:
     er = decode(EphemeralRunner, load("er.yaml"))
     assert er.status.phase is EphemeralRunnerPhase.RUNNING
     assert er.status.has_job() and not er.status.is_done() and not er.status.is_pending()
-    assert er.status.last_failure() == datetime(2026, 11, 2, 9, 21, 40, tzinfo=timezone.utc)
+    assert er.status.last_failure() == datetime(2026, 11, 2, 9, 21, 40, tzinfo=UTC)
     assert er.spec.runner_container()["name"] == "runner"
     assert not er.spec.has_container_hook_configured()
     assert runner_revision(er.metadata) == 4
@@ -265,9 +269,12 @@ def test_container_hook_detection() -> None:
 
 @pytest.mark.parametrize(
     ("annotations", "revision"),
-    [({}, 0), ({"actions.github.com/actionable-revision": "12"}, 12),
-     ({"actions.github.com/actionable-revision": "garbage"}, 0),
-     ({"actions.github.com/actionable-revision": "-3"}, 0)],
+    [
+        ({}, 0),
+        ({"actions.github.com/actionable-revision": "12"}, 12),
+        ({"actions.github.com/actionable-revision": "garbage"}, 0),
+        ({"actions.github.com/actionable-revision": "-3"}, 0),
+    ],
 )
 def test_runner_revision_annotation(annotations: dict, revision: int) -> None:
     # Runners created before the annotation existed parse to revision 0 (treated as current).

@@ -108,7 +108,9 @@ def test_azure_vault_needs_its_block() -> None:
 
 
 def test_runner_set_and_runner_need_a_registered_scale_set() -> None:
-    ers = load(EphemeralRunnerSet, "ers.yaml", lambda m: m["spec"]["ephemeralRunnerSpec"].__setitem__("runnerScaleSetId", 0))
+    ers = load(
+        EphemeralRunnerSet, "ers.yaml", lambda m: m["spec"]["ephemeralRunnerSpec"].__setitem__("runnerScaleSetId", 0)
+    )
     assert paths(validate(ers)) == ["$.spec.ephemeralRunnerSpec.runnerScaleSetId"]
     er = load(EphemeralRunner, "er.yaml", lambda m: m["spec"]["spec"].__setitem__("containers", []))
     assert paths(validate(er)) == ["$.spec.spec.containers"]
@@ -119,7 +121,10 @@ def test_negative_counts_on_runner_set() -> None:
         m["spec"]["replicas"] = -1
         m["spec"]["actionableRevision"] = -2
 
-    assert paths(validate(load(EphemeralRunnerSet, "ers.yaml", mutate))) == ["$.spec.replicas", "$.spec.actionableRevision"]
+    assert paths(validate(load(EphemeralRunnerSet, "ers.yaml", mutate))) == [
+        "$.spec.replicas",
+        "$.spec.actionableRevision",
+    ]
 
 
 def test_listener_needs_its_targets() -> None:

@@ -5,7 +5,9 @@ import pytest
 from shared.bus.leases import fair_share, plan_claims, preference_order
 
 
-@pytest.mark.parametrize(("shards", "members", "share"), [(16, 1, 16), (16, 2, 8), (16, 3, 6), (16, 5, 4), (3, 5, 1), (16, 0, 16)])
+@pytest.mark.parametrize(
+    ("shards", "members", "share"), [(16, 1, 16), (16, 2, 8), (16, 3, 6), (16, 5, 4), (3, 5, 1), (16, 0, 16)]
+)
 def test_fair_share_is_the_ceiling(shards: int, members: int, share: int) -> None:
     assert fair_share(shards, members) == share
 
@@ -36,4 +38,3 @@ def test_under_share_tries_unheld_shards_in_preference_order() -> None:
 def test_at_share_does_nothing() -> None:
     pref = preference_order("pod-a", 4)
     assert plan_claims(set(pref[:2]), 4, 2, pref) == ([], [])
-

@@ -18,7 +18,7 @@ from shared.bus.messages import (
     RevisionPublished,
 )
 
-T = dt.datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+T = dt.datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=dt.UTC)
 
 
 def samples() -> list[messages.BusMessage]:
@@ -53,7 +53,13 @@ def samples() -> list[messages.BusMessage]:
         JobCompleted(**job, result="succeeded"),
         RevisionPublished(ers=ers, revision=4, phase="Outdated", time=T),
         RevisionApplied(ers=ers, revision=4, phase="Running", time=T),
-        ResourceChanged(resource_kind="AutoscalingListener", ref=ResourceRef("ns", "l.1"), generation=2, resource_version="17", time=T),
+        ResourceChanged(
+            resource_kind="AutoscalingListener",
+            ref=ResourceRef("ns", "l.1"),
+            generation=2,
+            resource_version="17",
+            time=T,
+        ),
     ]
 
 

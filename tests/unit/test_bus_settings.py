@@ -23,7 +23,11 @@ def test_defaults_are_valid_and_hand_over_within_15_seconds() -> None:
 
 
 def test_environment_is_read_and_flags_override_it() -> None:
-    env = {"RUNNERSCALE_NATS_URL": "nats://a:4222, nats://b:4222", "RUNNERSCALE_BUS_SHARDS": "32", "RUNNERSCALE_BUS_HISTORY": "5"}
+    env = {
+        "RUNNERSCALE_NATS_URL": "nats://a:4222, nats://b:4222",
+        "RUNNERSCALE_BUS_SHARDS": "32",
+        "RUNNERSCALE_BUS_HISTORY": "5",
+    }
     s = load_settings(parse(["--bus-shards", "8"]), environ=env)
     assert s.nats_urls == ("nats://a:4222", "nats://b:4222")
     assert s.shards == 8
@@ -39,14 +43,20 @@ def test_environment_is_read_and_flags_override_it() -> None:
         ({"RUNNERSCALE_NATS_URL": "nats://x:port"}, "RUNNERSCALE_NATS_URL"),
         ({"RUNNERSCALE_NATS_URL": " , "}, "RUNNERSCALE_NATS_URL"),
         ({"RUNNERSCALE_NATS_USER": "u"}, "RUNNERSCALE_NATS_PASSWORD"),
-        ({"RUNNERSCALE_NATS_TOKEN": "t0k3n-123", "RUNNERSCALE_NATS_USER": "u", "RUNNERSCALE_NATS_PASSWORD": "p"}, "RUNNERSCALE_NATS_CREDS"),
+        (
+            {"RUNNERSCALE_NATS_TOKEN": "t0k3n-123", "RUNNERSCALE_NATS_USER": "u", "RUNNERSCALE_NATS_PASSWORD": "p"},
+            "RUNNERSCALE_NATS_CREDS",
+        ),
         ({"RUNNERSCALE_NATS_CREDS": "/nonexistent/x.creds"}, "RUNNERSCALE_NATS_CREDS"),
         ({"RUNNERSCALE_NATS_TLS_CERT": __file__}, "RUNNERSCALE_NATS_TLS_KEY"),
         ({"RUNNERSCALE_BUS_LEASE_TTL": "0.5"}, "RUNNERSCALE_BUS_LEASE_TTL"),
         ({"RUNNERSCALE_BUS_LEASE_TTL": "3", "RUNNERSCALE_BUS_RENEW_INTERVAL": "1"}, "RUNNERSCALE_BUS_RENEW_INTERVAL"),
         ({"RUNNERSCALE_BUS_HISTORY": "100"}, "RUNNERSCALE_BUS_HISTORY"),
         ({"RUNNERSCALE_NATS_STREAM_REPLICAS": "0"}, "RUNNERSCALE_NATS_STREAM_REPLICAS"),
-        ({"RUNNERSCALE_BUS_DUPLICATE_WINDOW": "7200", "RUNNERSCALE_BUS_JOB_RETENTION": "60"}, "RUNNERSCALE_BUS_DUPLICATE_WINDOW"),
+        (
+            {"RUNNERSCALE_BUS_DUPLICATE_WINDOW": "7200", "RUNNERSCALE_BUS_JOB_RETENTION": "60"},
+            "RUNNERSCALE_BUS_DUPLICATE_WINDOW",
+        ),
         ({"RUNNERSCALE_BUS_OUTBOX_CAPACITY": "0"}, "RUNNERSCALE_BUS_OUTBOX_CAPACITY"),
     ],
 )
@@ -54,11 +64,13 @@ def test_invalid_settings_name_the_setting(env: dict, named: str) -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(parse([]), environ=env)
     assert named in str(err.value)
-    assert err.value.setting.startswith(named.split(" ")[0])
+    assert err.value.setting.startswith(named.split(" ", maxsplit=1)[0])
 
 
 def test_secrets_never_appear_in_repr_or_errors() -> None:
-    s = load_settings(parse([]), environ={"RUNNERSCALE_NATS_USER": "bob", "RUNNERSCALE_NATS_PASSWORD": "hunter2-secret"})
+    s = load_settings(
+        parse([]), environ={"RUNNERSCALE_NATS_USER": "bob", "RUNNERSCALE_NATS_PASSWORD": "hunter2-secret"}
+    )
     assert "hunter2-secret" not in repr(s)
     assert "bob" in repr(s)
     with pytest.raises(SettingsError) as err:

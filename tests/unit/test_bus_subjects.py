@@ -82,7 +82,10 @@ def test_empty_name_is_rejected_with_a_clear_error() -> None:
         (subjects.job_completed_subject("ns", "s"), (SubjectKind.JOB_COMPLETED, "ns", "s", "")),
         (subjects.revision_published_subject("n", "e"), (SubjectKind.REVISION_PUBLISHED, "n", "e", "")),
         (subjects.revision_applied_subject("n", "e"), (SubjectKind.REVISION_APPLIED, "n", "e", "")),
-        (subjects.resource_changed_subject("AutoscalingListener", "n", "l.1"), (SubjectKind.RESOURCE_CHANGED, "n", "l.1", "autoscalinglistener")),
+        (
+            subjects.resource_changed_subject("AutoscalingListener", "n", "l.1"),
+            (SubjectKind.RESOURCE_CHANGED, "n", "l.1", "autoscalinglistener"),
+        ),
         ("runnerscale.desired.ns", (SubjectKind.UNKNOWN, "", "", "")),
         ("runnerscale.jobs.ns.s.exploded", (SubjectKind.UNKNOWN, "", "", "")),
         ("other.desired.ns.x", (SubjectKind.UNKNOWN, "", "", "")),
@@ -134,9 +137,18 @@ def test_lease_keys_are_valid_kv_keys() -> None:
 
 def test_every_bucket_is_named_here_including_the_listener_sessions() -> None:
     assert subjects.SESSIONS_BUCKET == "runnerscale_listener_sessions"  # the name deployed listeners use
-    assert subjects.BUCKETS == tuple(b.name for b in subjects.BUCKET_SPECS)
-    assert set(subjects.BUCKETS) == {"runnerscale_shards", "runnerscale_members", "runnerscale_leaders", subjects.SESSIONS_BUCKET}
+    assert tuple(b.name for b in subjects.BUCKET_SPECS) == subjects.BUCKETS
+    assert set(subjects.BUCKETS) == {
+        "runnerscale_shards",
+        "runnerscale_members",
+        "runnerscale_leaders",
+        subjects.SESSIONS_BUCKET,
+    }
     # Lease buckets expire with the lease TTL; session records must not expire.
-    assert {b.name for b in subjects.BUCKET_SPECS if b.lease} == {"runnerscale_shards", "runnerscale_members", "runnerscale_leaders"}
+    assert {b.name for b in subjects.BUCKET_SPECS if b.lease} == {
+        "runnerscale_shards",
+        "runnerscale_members",
+        "runnerscale_leaders",
+    }
     assert subjects.listener_session_key(7) == "scaleset-7"
     assert KV_KEY.match(subjects.listener_session_key(2147483647))

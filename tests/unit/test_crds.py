@@ -5,13 +5,14 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
 
-import shared.crds as crds
+from shared import crds
 from shared.api import (
     ALL_KINDS,
     KIND_BY_NAME,
@@ -28,7 +29,11 @@ from shared.cli import main as runnerscale
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "deploy" / "crds"
 ARC_DATA = REPO / "tests" / "data" / "arc"
-MANIFESTS = sorted(p.name for p in ARC_DATA.glob("*.yaml") if yaml.safe_load(p.read_text()).get("apiVersion", "").startswith("actions.github.com/"))
+MANIFESTS = sorted(
+    p.name
+    for p in ARC_DATA.glob("*.yaml")
+    if yaml.safe_load(p.read_text()).get("apiVersion", "").startswith("actions.github.com/")
+)
 
 
 def load(name: str) -> dict:
@@ -125,9 +130,15 @@ def test_schemas_are_structural(cls) -> None:
         assert "type" in node, f"{path} has no type"
         assert "$ref" not in node and "anyOf" not in node and "oneOf" not in node, path
         # ObjectMeta is the server's; AutoscalingListener's status is an empty object, as in ARC.
-        if node["type"] == "object" and path != "$.metadata" and not (cls.KIND == "AutoscalingListener" and path == "$.status"):
+        if (
+            node["type"] == "object"
+            and path != "$.metadata"
+            and not (cls.KIND == "AutoscalingListener" and path == "$.status")
+        ):
             assert (
-                "properties" in node or "additionalProperties" in node or node.get("x-kubernetes-preserve-unknown-fields")
+                "properties" in node
+                or "additionalProperties" in node
+                or node.get("x-kubernetes-preserve-unknown-fields")
             ), f"{path}: an object with no fields would prune everything"
 
 
@@ -161,15 +172,30 @@ def test_arc_printer_columns_come_first_and_unchanged() -> None:
         ("Deleting Runners", ".status.deletingEphemeralRunners"),
     ]
     assert [n for n, _ in columns("EphemeralRunnerSet", 0)] == [
-        "DesiredReplicas", "CurrentReplicas", "Pending Runners", "Running Runners",
-        "Finished Runners", "Deleting Runners", "Phase",
+        "DesiredReplicas",
+        "CurrentReplicas",
+        "Pending Runners",
+        "Running Runners",
+        "Finished Runners",
+        "Deleting Runners",
+        "Phase",
     ]
     assert [n for n, _ in columns("EphemeralRunner", 0)] == [
-        "GitHub Config URL", "RunnerId", "Phase", "JobRepository", "JobWorkflowRef",
-        "WorkflowRunId", "JobDisplayName", "JobId", "Message", "Age",
+        "GitHub Config URL",
+        "RunnerId",
+        "Phase",
+        "JobRepository",
+        "JobWorkflowRef",
+        "WorkflowRunId",
+        "JobDisplayName",
+        "JobId",
+        "Message",
+        "Age",
     ]
     assert [n for n, _ in columns("AutoscalingListener", 0)] == [
-        "GitHub Configure URL", "AutoscalingRunnerSet Namespace", "AutoscalingRunnerSet Name",
+        "GitHub Configure URL",
+        "AutoscalingRunnerSet Namespace",
+        "AutoscalingRunnerSet Name",
     ]
 
 
@@ -184,7 +210,12 @@ def test_typed_state_has_wide_columns() -> None:
 def test_names_match_arc_which_defines_no_short_names() -> None:
     for cls in ALL_KINDS:
         names = crd_for(cls.KIND)["spec"]["names"]
-        assert names == {"kind": cls.KIND, "listKind": f"{cls.KIND}List", "plural": cls.PLURAL, "singular": cls.SINGULAR}
+        assert names == {
+            "kind": cls.KIND,
+            "listKind": f"{cls.KIND}List",
+            "plural": cls.PLURAL,
+            "singular": cls.SINGULAR,
+        }
 
 
 def test_typed_state_fields_are_in_the_schema() -> None:
@@ -227,7 +258,9 @@ def test_objects_built_in_code_validate_including_null_marker() -> None:
         spec=EphemeralRunnerSetSpec(
             patch_id=0,
             ephemeral_runner_spec=EphemeralRunnerSpec(
-                github_config_url="https://github.com/o/r", github_config_secret="s", runner_scale_set_id=1,
+                github_config_url="https://github.com/o/r",
+                github_config_secret="s",
+                runner_scale_set_id=1,
                 spec={"containers": [{"name": "runner", "image": "r"}]},
             ),
         ),
@@ -245,11 +278,20 @@ def test_objects_built_in_code_validate_including_null_marker() -> None:
         (lambda m: m["spec"].__setitem__("runnerScaleSetLabels", [1]), "$.spec.runnerScaleSetLabels[0]"),
         (lambda m: m["spec"]["proxy"].__setitem__("noProxy", "example.com"), "$.spec.proxy.noProxy"),
         (lambda m: m["spec"].__setitem__("template", []), "$.spec.template"),
-        (lambda m: m["spec"]["githubServerTLS"]["certificateFrom"]["configMapKeyRef"].pop("key"),
-         "$.spec.githubServerTLS.certificateFrom.configMapKeyRef.key"),
-        (lambda m: m["spec"]["listenerMetrics"]["histograms"]["gha_job_startup_duration_seconds"].__setitem__("buckets", ["1"]),
-         "$.spec.listenerMetrics.histograms.gha_job_startup_duration_seconds.buckets[0]"),
-        (lambda m: m["status"] if False else m.__setitem__("status", {"currentRunners": True}), "$.status.currentRunners"),
+        (
+            lambda m: m["spec"]["githubServerTLS"]["certificateFrom"]["configMapKeyRef"].pop("key"),
+            "$.spec.githubServerTLS.certificateFrom.configMapKeyRef.key",
+        ),
+        (
+            lambda m: m["spec"]["listenerMetrics"]["histograms"]["gha_job_startup_duration_seconds"].__setitem__(
+                "buckets", ["1"]
+            ),
+            "$.spec.listenerMetrics.histograms.gha_job_startup_duration_seconds.buckets[0]",
+        ),
+        (
+            lambda m: m["status"] if False else m.__setitem__("status", {"currentRunners": True}),
+            "$.status.currentRunners",
+        ),
     ],
 )
 def test_invalid_manifests_are_rejected_with_the_path(mutate, error_path: str) -> None:
@@ -279,8 +321,13 @@ def test_chart_vault_secret_key_is_pruned_as_by_arc() -> None:
     manifest = load("ars-minimal.yaml")
     manifest["spec"]["vaultConfig"] = {
         "type": "azure_key_vault",
-        "azureKeyVault": {"url": "https://v.vault.azure.net", "tenantId": "t", "clientId": "c",
-                          "certificatePath": "/etc/cert.pem", "secretKey": "github"},
+        "azureKeyVault": {
+            "url": "https://v.vault.azure.net",
+            "tenantId": "t",
+            "clientId": "c",
+            "certificatePath": "/etc/cert.pem",
+            "secretKey": "github",
+        },
     }
     report = crds.check_manifest(manifest)
     assert report.ok and report.pruned == ["$.spec.vaultConfig.azureKeyVault.secretKey"]

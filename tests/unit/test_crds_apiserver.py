@@ -19,10 +19,26 @@ from shared.semantic import semantic_equal
 pytestmark = pytest.mark.anyio
 
 ARC_DATA = Path(__file__).resolve().parent.parent / "data" / "arc"
-MANIFESTS = ["ars-dind.yaml", "ars-kubernetes.yaml", "ars-kubernetes-novolume.yaml", "ars-minimal.yaml", "ers.yaml", "er.yaml", "al.yaml"]
+MANIFESTS = [
+    "ars-dind.yaml",
+    "ars-kubernetes.yaml",
+    "ars-kubernetes-novolume.yaml",
+    "ars-minimal.yaml",
+    "ers.yaml",
+    "er.yaml",
+    "al.yaml",
+]
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 # Server-owned metadata (and links to owners that do not exist in the test namespace).
-_SERVER_META = ("uid", "resourceVersion", "generation", "creationTimestamp", "ownerReferences", "finalizers", "managedFields")
+_SERVER_META = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+)
 
 
 def manifest_for(name: str, namespace: str) -> dict[str, Any]:
@@ -39,7 +55,9 @@ def collection(manifest: dict[str, Any]) -> str:
     return f"/apis/actions.github.com/v1alpha1/namespaces/{manifest['metadata']['namespace']}/{cls.PLURAL}"
 
 
-async def request(session: aiohttp.ClientSession, method: str, url: str, body: Any = None, content_type: str = "application/json") -> tuple[int, Any]:
+async def request(
+    session: aiohttp.ClientSession, method: str, url: str, body: Any = None, content_type: str = "application/json"
+) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     headers = {"Accept": "application/json", "Content-Type": content_type}
     async with session.request(method, url, data=data, headers=headers, timeout=TIMEOUT) as resp:
@@ -84,7 +102,9 @@ async def test_status_merge_patch_from_struct_lands_and_nulls_clear(session, nam
 
     status.finished_runner_cleanup_patch_id = None  # "cleared when a revision is applied"
     status.applied_actionable_revision = 5
-    code, patched = await request(session, "PATCH", f"{url}/status", status_patch(status), "application/merge-patch+json")
+    code, patched = await request(
+        session, "PATCH", f"{url}/status", status_patch(status), "application/merge-patch+json"
+    )
     assert code == 200, patched
     ers = decode(EphemeralRunnerSet, patched)
     assert ers.status.finished_runner_cleanup_patch_id is None

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from services.listener.__main__ import main
-from services.listener.config import MAX_INT32, ConfigError, bus_settings, listen_enabled, parse_config, parse_listen_addr
+from shared.listener_config import MAX_INT32, ConfigError, bus_settings, listen_enabled, parse_config, parse_listen_addr
 
 VALID = {
     "configure_url": "https://github.com/my-org",
@@ -63,7 +63,10 @@ def test_github_app_credentials_are_accepted():
         ({"configure_url": ""}, "configure_url"),
         ({"configure_url": "github.com/org"}, "configure_url"),
         ({"configure_url": "https://github.com/a/b/c"}, "configure_url"),
-        ({"github_token": None, "github_app_id": 5, "github_app_installation_id": 1, "github_app_private_key": "x"}, "github_app_private_key"),
+        (
+            {"github_token": None, "github_app_id": 5, "github_app_installation_id": 1, "github_app_private_key": "x"},
+            "github_app_private_key",
+        ),
         ({"runner_scale_set_id": 0}, "runner_scale_set_id"),
         ({"runner_scale_set_id": "7"}, "runner_scale_set_id"),
         ({"ephemeral_runner_set_name": ""}, "ephemeral_runner_set_name"),
@@ -100,7 +103,9 @@ def test_error_never_echoes_the_token():
     assert "ghp_exampletoken123" not in str(info.value)
 
 
-@pytest.mark.parametrize(("addr", "want"), [(":8080", ("0.0.0.0", 8080)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:9", ("::1", 9))])
+@pytest.mark.parametrize(
+    ("addr", "want"), [(":8080", ("0.0.0.0", 8080)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:9", ("::1", 9))]
+)
 def test_listen_addr(addr, want):
     assert parse_listen_addr(addr) == want
 

@@ -50,7 +50,7 @@ def test_never_progressed_counts_from_start():
     assert not verdict(s, now=90, staleness=STALE).live
 
 
-T0 = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.UTC)
 
 
 def at(seconds: float) -> dt.datetime:
@@ -81,7 +81,13 @@ def test_metrics_use_arc_names_and_labels():
     m.record_job_assigned(JobAssigned(**job), received_at=at(5))
     m.record_job_started(JobStarted(runner_name="r1", **job))
     m.record_job_completed(JobCompleted(result="succeeded", runner_name="r1", finish_time=at(70), **job))
-    jl = {"enterprise": "", "organization": "octo-org", "repository": "octo-repo", "job_name": "build", "event_name": "push"}
+    jl = {
+        "enterprise": "",
+        "organization": "octo-org",
+        "repository": "octo-repo",
+        "job_name": "build",
+        "event_name": "push",
+    }
     assert sample(m, "gha_started_jobs_total", **jl) == 1
     assert sample(m, "gha_completed_jobs_total", **jl, job_result="succeeded") == 1
     assert sample(m, "gha_job_startup_duration_seconds_sum", **jl) == 6
@@ -94,7 +100,14 @@ def test_metrics_use_arc_names_and_labels():
 def test_canceled_before_a_runner_counts_but_has_no_execution_time():
     m = ListenerMetrics(name="arc", namespace="ns")
     m.record_job_completed(JobCompleted(result="canceled", owner_name="o", repository_name="r"))
-    labels = {"enterprise": "", "organization": "o", "repository": "r", "job_name": "", "event_name": "", "job_result": "canceled"}
+    labels = {
+        "enterprise": "",
+        "organization": "o",
+        "repository": "r",
+        "job_name": "",
+        "event_name": "",
+        "job_result": "canceled",
+    }
     assert sample(m, "gha_completed_jobs_total", **labels) == 1
     assert sample(m, "gha_job_execution_duration_seconds_count", **labels) is None
 

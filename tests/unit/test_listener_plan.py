@@ -44,17 +44,32 @@ def test_events_dedupe_and_acquire_ids():
         {"messageType": "JobAvailable", "runnerRequestId": 5, **JOB},
         {"messageType": "JobAvailable", "runnerRequestId": 0, "jobId": "j2"},
     ]  # fmt: skip
-    plan = plan_message(decode_message(message(100, events, 2)), newest_seen_id=0, latest_statistics=ScaleSetStatistics())
-    assert (len(plan.started), len(plan.completed), plan.acquire_request_ids, plan.stale, plan.dirty) == (1, 1, (5,), False, True)
+    plan = plan_message(
+        decode_message(message(100, events, 2)), newest_seen_id=0, latest_statistics=ScaleSetStatistics()
+    )
+    assert (len(plan.started), len(plan.completed), plan.acquire_request_ids, plan.stale, plan.dirty) == (
+        1,
+        1,
+        (5,),
+        False,
+        True,
+    )
 
 
 def test_effects_carry_job_facts_epoch_and_a_fresh_patch():
-    plan = plan_message(decode_message(message(100, [STARTED, COMPLETED], 2)), newest_seen_id=0, latest_statistics=ScaleSetStatistics())
+    plan = plan_message(
+        decode_message(message(100, [STARTED, COMPLETED], 2)), newest_seen_id=0, latest_statistics=ScaleSetStatistics()
+    )
     # A previous decision (seq 3, target 3) exists; the batch is dirty, so the patch ID is fresh.
     events, scaler, decision = plan_effects(IDENT, plan, 42, ScalerState(target=3, patch_seq=3))
     started, completed, desired = events
     assert isinstance(started, bus.JobStarted) and isinstance(completed, bus.JobCompleted)
-    assert (started.runner_name, started.runner_id, started.job_id, started.repository) == ("arc-r1", 11, "j1", "octo/app")
+    assert (started.runner_name, started.runner_id, started.job_id, started.repository) == (
+        "arc-r1",
+        11,
+        "j1",
+        "octo/app",
+    )
     assert (started.workflow_ref, started.workflow_run_id, started.listener_epoch) == (JOB["jobWorkflowRef"], 99, 42)
     assert completed.result == "succeeded"
     assert isinstance(desired, bus.DesiredState)

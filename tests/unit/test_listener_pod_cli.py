@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC
 
 import pytest
 
@@ -32,9 +33,21 @@ def test_defaults_follow_arc() -> None:
 def test_flags() -> None:
     opts = options_from_args(
         parse(
-            "--listener-image", "reg/x:1", "--listener-metrics-addr", "0", "--listener-health-addr", "127.0.0.1:9999",
-            "--exclude-label-propagation-prefix", "a/", "--exclude-label-propagation-prefix", "b/",
-            "--resync-period", "5", "--listener-restart-backoff", "0.5", "--no-node-sim-exec",
+            "--listener-image",
+            "reg/x:1",
+            "--listener-metrics-addr",
+            "0",
+            "--listener-health-addr",
+            "127.0.0.1:9999",
+            "--exclude-label-propagation-prefix",
+            "a/",
+            "--exclude-label-propagation-prefix",
+            "b/",
+            "--resync-period",
+            "5",
+            "--listener-restart-backoff",
+            "0.5",
+            "--no-node-sim-exec",
         )
     )
     s = opts.settings
@@ -43,7 +56,9 @@ def test_flags() -> None:
     assert opts.resync_seconds == 5.0 and opts.backoff.base == 0.5
 
 
-@pytest.mark.parametrize("argv", [("--resync-period", "0"), ("--listener-health-addr", "nonsense"), ("--listener-restart-backoff", "-1")])
+@pytest.mark.parametrize(
+    "argv", [("--resync-period", "0"), ("--listener-health-addr", "nonsense"), ("--listener-restart-backoff", "-1")]
+)
 def test_bad_flags_are_settings_errors(argv: tuple[str, ...]) -> None:
     with pytest.raises(SettingsError):
         options_from_args(parse(*argv))
@@ -55,20 +70,26 @@ def test_main_exits_2_on_a_bad_flag(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_roles_map_back_to_their_listener_by_label() -> None:
-    role = Role(metadata=ObjectMeta(name="l", namespace="arc-runners", labels={"auto-scaling-listener-namespace": "arc-systems", "auto-scaling-listener-name": "l"}))
+    role = Role(
+        metadata=ObjectMeta(
+            name="l",
+            namespace="arc-runners",
+            labels={"auto-scaling-listener-namespace": "arc-systems", "auto-scaling-listener-name": "l"},
+        )
+    )
     assert list(listener_key_from_labels(role)) == [ObjectKey("arc-systems", "l")]
     assert list(listener_key_from_labels(Role(metadata=ObjectMeta(name="x", namespace="n")))) == []
 
 
 def test_runner_set_changes_wake_listeners_only_when_it_goes() -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from services.listener_pod.worker import WhenGone
     from shared.kube import Change, ChangeType
 
     source = WhenGone(informer=None, map_keys=lambda obj: [ObjectKey("ctl", f"{obj.metadata.name}-listener")])  # type: ignore[arg-type]
     live = Role(metadata=ObjectMeta(name="ars", namespace="n"))
-    deleting = Role(metadata=ObjectMeta(name="ars", namespace="n", deletion_timestamp=datetime.now(timezone.utc)))
+    deleting = Role(metadata=ObjectMeta(name="ars", namespace="n", deletion_timestamp=datetime.now(UTC)))
     key = ObjectKey("n", "ars")
     assert list(source.keys(Change(ChangeType.MODIFIED, key, live))) == [], "status churn does not reconcile listeners"
     assert list(source.keys(Change(ChangeType.MODIFIED, key, deleting))) == [ObjectKey("ctl", "ars-listener")]

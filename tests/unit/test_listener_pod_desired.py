@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from services.listener.config import parse_config
 from services.listener_pod import desired as d
 from shared.api import AutoscalingListener, decode
 from shared.api.constants import (
@@ -19,6 +18,7 @@ from shared.api.constants import (
     LABEL_SCALE_SET_NAMESPACE,
 )
 from shared.bus import BusSettings
+from shared.listener_config import parse_config
 
 PAT = d.Credentials(github_token="ghp_testtoken_123456")
 SETTINGS = d.ListenerPodSettings(image="example.com/runnerscale:1.0")
@@ -45,7 +45,11 @@ def make_al(**spec: Any) -> AutoscalingListener:
                 "name": "arc-runner-set-7f984dc6-listener",
                 "namespace": "arc-systems",
                 "uid": "uid-al-1",
-                "labels": {"app.kubernetes.io/component": "runner-scale-set-listener", "example.com/excluded": "x", "team": "ci"},
+                "labels": {
+                    "app.kubernetes.io/component": "runner-scale-set-listener",
+                    "example.com/excluded": "x",
+                    "team": "ci",
+                },
             },
             "spec": base,
         },
@@ -56,7 +60,9 @@ def make_al(**spec: Any) -> AutoscalingListener:
 
 
 def test_service_account_is_owned_and_labelled() -> None:
-    al = make_al(serviceAccountMetadata={"labels": {"sa-label": "listener", "team": "overridden"}, "annotations": {"a": "b"}})
+    al = make_al(
+        serviceAccountMetadata={"labels": {"sa-label": "listener", "team": "overridden"}, "annotations": {"a": "b"}}
+    )
     sa = d.desired_service_account(al, SETTINGS)
     meta = sa["metadata"]
     assert (meta["name"], meta["namespace"]) == ("arc-runner-set-7f984dc6-listener", "arc-systems")
@@ -94,8 +100,17 @@ def test_role_lives_in_the_ars_namespace_with_arc_rules() -> None:
     assert role["metadata"]["labels"][LABEL_LISTENER_NAME] == al.metadata.name
     assert role["metadata"]["labels"][LABEL_LISTENER_NAMESPACE] == "arc-systems"
     assert role["rules"] == [
-        {"apiGroups": ["actions.github.com"], "resources": ["ephemeralrunnersets"], "resourceNames": ["my-ers"], "verbs": ["patch"]},
-        {"apiGroups": ["actions.github.com"], "resources": ["ephemeralrunners", "ephemeralrunners/status"], "verbs": ["patch"]},
+        {
+            "apiGroups": ["actions.github.com"],
+            "resources": ["ephemeralrunnersets"],
+            "resourceNames": ["my-ers"],
+            "verbs": ["patch"],
+        },
+        {
+            "apiGroups": ["actions.github.com"],
+            "resources": ["ephemeralrunners", "ephemeralrunners/status"],
+            "verbs": ["patch"],
+        },
     ]
 
 
@@ -111,8 +126,17 @@ def test_rules_compare_semantically() -> None:
     from shared.kube.objects import PolicyRule
 
     live = [
-        PolicyRule(api_groups=["actions.github.com"], resources=["ephemeralrunnersets"], resource_names=["ers"], verbs=["patch"]),
-        PolicyRule(api_groups=["actions.github.com"], resources=["ephemeralrunners", "ephemeralrunners/status"], verbs=["patch"]),
+        PolicyRule(
+            api_groups=["actions.github.com"],
+            resources=["ephemeralrunnersets"],
+            resource_names=["ers"],
+            verbs=["patch"],
+        ),
+        PolicyRule(
+            api_groups=["actions.github.com"],
+            resources=["ephemeralrunners", "ephemeralrunners/status"],
+            verbs=["patch"],
+        ),
     ]
     assert not d.rules_differ(d.role_rules("ers"), live)
     assert d.rules_differ(d.role_rules("ers-updated"), live)
@@ -129,14 +153,19 @@ def test_metadata_patch_is_a_subset_check() -> None:
 
 def test_config_parses_with_the_listeners_own_parser() -> None:
     al = make_al()
-    bus = d.BusPassThrough.from_bus_settings(BusSettings(nats_urls=("nats://10.0.0.1:4222",), user="u", password="natspass", lease_ttl=8.0))
+    bus = d.BusPassThrough.from_bus_settings(
+        BusSettings(nats_urls=("nats://10.0.0.1:4222",), user="u", password="natspass", lease_ttl=8.0)
+    )
     cfg = d.listener_config(al, PAT, SETTINGS, bus)
     parsed = parse_config(d.encode_config(cfg))
     assert parsed.configure_url == "https://github.com/octo-org/octo-repo"
     assert parsed.github_token == "ghp_testtoken_123456"
     assert parsed.runner_scale_set_id == 17
     assert parsed.runner_scale_set_name == "arc-runner-set"
-    assert (parsed.ephemeral_runner_set_namespace, parsed.ephemeral_runner_set_name) == ("arc-runners", "arc-runner-set")
+    assert (parsed.ephemeral_runner_set_namespace, parsed.ephemeral_runner_set_name) == (
+        "arc-runners",
+        "arc-runner-set",
+    )
     assert (parsed.min_runners, parsed.max_runners) == (1, 10)
     assert parsed.nats.servers == ["nats://10.0.0.1:4222"]
     assert (parsed.nats.user, parsed.nats.password) == ("u", "natspass")
@@ -146,7 +175,11 @@ def test_config_parses_with_the_listeners_own_parser() -> None:
 
 
 def test_config_with_github_app_credentials() -> None:
-    creds = d.Credentials(github_app_id="12345", github_app_installation_id=678, github_app_private_key="-----BEGIN RSA PRIVATE KEY-----\nx\n")
+    creds = d.Credentials(
+        github_app_id="12345",
+        github_app_installation_id=678,
+        github_app_private_key="-----BEGIN RSA PRIVATE KEY-----\nx\n",
+    )
     cfg = d.listener_config(make_al(), creds, SETTINGS, d.BusPassThrough())
     assert "github_token" not in cfg
     assert (cfg["github_app_id"], cfg["github_app_installation_id"]) == ("12345", 678)
@@ -176,14 +209,21 @@ def test_proxy_with_credentials_goes_into_the_config() -> None:
         "https_proxy": "http://proxy.example.com:3129",
         "no_proxy": "example.org,10.0.0.0/8",
     }
-    cfg = d.listener_config(al, PAT, SETTINGS, d.BusPassThrough(), proxy=proxy, server_root_ca="-----BEGIN CERTIFICATE-----\n")
+    cfg = d.listener_config(
+        al, PAT, SETTINGS, d.BusPassThrough(), proxy=proxy, server_root_ca="-----BEGIN CERTIFICATE-----\n"
+    )
     parsed = parse_config(d.encode_config(cfg))
     assert parsed.proxy.no_proxy == "example.org,10.0.0.0/8"
     assert parsed.server_root_ca.startswith("-----BEGIN CERTIFICATE")
 
 
 def test_vault_is_refused_with_a_clear_problem() -> None:
-    al = make_al(vaultConfig={"type": "azure_key_vault", "azureKeyVault": {"url": "u", "tenantId": "t", "clientId": "c", "certificatePath": "p"}})
+    al = make_al(
+        vaultConfig={
+            "type": "azure_key_vault",
+            "azureKeyVault": {"url": "u", "tenantId": "t", "clientId": "c", "certificatePath": "p"},
+        }
+    )
     with pytest.raises(d.ConfigProblem, match="vaultConfig"):
         d.listener_config(al, PAT, SETTINGS, d.BusPassThrough())
 
@@ -232,7 +272,9 @@ def test_listener_pod_shape() -> None:
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert spec["terminationGracePeriodSeconds"] == 60
     assert spec["imagePullSecrets"] == [{"name": "ghcr-pull"}]
-    assert spec["volumes"] == [{"name": "listener-config", "secret": {"secretName": "arc-runner-set-7f984dc6-listener-config"}}]
+    assert spec["volumes"] == [
+        {"name": "listener-config", "secret": {"secretName": "arc-runner-set-7f984dc6-listener-config"}}
+    ]
     (c,) = spec["containers"]
     assert c["name"] == "listener"
     assert c["image"] == "example.com/runnerscale:1.0"
@@ -296,7 +338,9 @@ def test_template_merge() -> None:
 
 
 def test_template_without_node_selector_keeps_the_default() -> None:
-    pod = d.desired_listener_pod(make_al(template={"spec": {"tolerations": [{"key": "a", "operator": "Exists"}]}}), SETTINGS, "1")
+    pod = d.desired_listener_pod(
+        make_al(template={"spec": {"tolerations": [{"key": "a", "operator": "Exists"}]}}), SETTINGS, "1"
+    )
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert pod["spec"]["tolerations"] == [{"key": "a", "operator": "Exists"}]
 

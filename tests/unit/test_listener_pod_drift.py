@@ -30,12 +30,20 @@ def server_defaulted(pod: dict[str, Any]) -> dict[str, Any]:
         serviceAccount=spec["serviceAccountName"],
         tolerations=[
             *(spec.get("tolerations") or []),
-            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
         ],
     )
     spec["volumes"] = [
         *({**v, "secret": {**v["secret"], "defaultMode": 420}} if "secret" in v else v for v in spec["volumes"]),
-        {"name": "kube-api-access-x7k2p", "projected": {"sources": [{"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}]}},
+        {
+            "name": "kube-api-access-x7k2p",
+            "projected": {"sources": [{"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}]},
+        },
     ]
     for c in spec["containers"]:
         c.setdefault("imagePullPolicy", "IfNotPresent")
@@ -54,7 +62,11 @@ def server_defaulted(pod: dict[str, Any]) -> dict[str, Any]:
                 c[probe].setdefault("initialDelaySeconds", 0)
         c["volumeMounts"] = [
             *c.get("volumeMounts", []),
-            {"name": "kube-api-access-x7k2p", "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+            {
+                "name": "kube-api-access-x7k2p",
+                "readOnly": True,
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            },
         ]
     live["metadata"].update(uid="pod-uid", resourceVersion="9000", creationTimestamp="2026-11-29T10:00:00Z")
     live["status"] = {"phase": "Running", "qosClass": "BestEffort"}
@@ -85,7 +97,9 @@ def test_guard_the_comparison_is_a_derivative_not_equality() -> None:
 
 
 def test_quantities_respelled_by_the_server_are_not_drift() -> None:
-    want, live = fixture({"spec": {"containers": [{"name": "listener", "resources": {"limits": {"memory": "256Mi", "cpu": "0.5"}}}]}})
+    want, live = fixture(
+        {"spec": {"containers": [{"name": "listener", "resources": {"limits": {"memory": "256Mi", "cpu": "0.5"}}}]}}
+    )
     live["spec"]["containers"][0]["resources"] = {"limits": {"memory": "268435456", "cpu": "500m"}}
     assert drift(want, live) is None
 
@@ -110,7 +124,9 @@ def test_changed_resources_is_drift() -> None:
 
 def test_added_container_is_drift() -> None:
     base, live = fixture()
-    want = d.desired_listener_pod(make_al(template={"spec": {"containers": [{"name": "sidecar", "image": "busybox"}]}}), SETTINGS, RV)
+    want = d.desired_listener_pod(
+        make_al(template={"spec": {"containers": [{"name": "sidecar", "image": "busybox"}]}}), SETTINGS, RV
+    )
     assert drift(want, live) is not None
     assert drift(base, live) is None
 
@@ -166,21 +182,43 @@ def pod(status: dict[str, Any], **meta: Any) -> Pod:
 
 
 def test_pod_verdicts() -> None:
-    running = {"phase": "Running", "containerStatuses": [{"name": "listener", "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}]}
+    running = {
+        "phase": "Running",
+        "containerStatuses": [{"name": "listener", "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}],
+    }
     assert d.pod_verdict(pod(running)).state is d.PodState.RUNNING
     assert d.pod_verdict(pod({"phase": "Pending"})).state is d.PodState.STARTING
     assert d.pod_verdict(pod(running, deletionTimestamp="2026-11-29T10:00:00Z")).state is d.PodState.TERMINATING
-    evicted = d.pod_verdict(pod({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}))
+    evicted = d.pod_verdict(
+        pod({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."})
+    )
     assert (evicted.state, evicted.reason) == (d.PodState.FAILED, "evicted")
     exited = d.pod_verdict(
-        pod({"phase": "Running", "containerStatuses": [{"name": "listener", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]})
+        pod(
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {"name": "listener", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}
+                ],
+            }
+        )
     )
     assert (exited.state, exited.reason) == (d.PodState.FAILED, "terminated")
     assert "code 1" in exited.detail
-    exit0 = d.pod_verdict(pod({"phase": "Succeeded", "containerStatuses": [{"name": "listener", "state": {"terminated": {"exitCode": 0}}}]}))
+    exit0 = d.pod_verdict(
+        pod(
+            {
+                "phase": "Succeeded",
+                "containerStatuses": [{"name": "listener", "state": {"terminated": {"exitCode": 0}}}],
+            }
+        )
+    )
     assert exit0.state is d.PodState.FAILED, "ARC: a listener container terminated with any exit code is recreated"
     assert d.pod_verdict(pod({"phase": "Failed"})).reason == "pod-failed"
-    sidecar_only = {"phase": "Running", "containerStatuses": [{"name": "sidecar", "state": {"terminated": {"exitCode": 1}}}]}
+    sidecar_only = {
+        "phase": "Running",
+        "containerStatuses": [{"name": "sidecar", "state": {"terminated": {"exitCode": 1}}}],
+    }
     assert d.pod_verdict(pod(sidecar_only)).state is d.PodState.STARTING
 
 

@@ -19,14 +19,21 @@ STATS = {"totalAssignedJobs": 9}
 
 
 def envelope(**fields) -> bytes:
-    return msgspec.json.encode({"messageId": 41, "messageType": "RunnerScaleSetJobMessages", "body": "", "statistics": STATS, **fields})
+    return msgspec.json.encode(
+        {"messageId": 41, "messageType": "RunnerScaleSetJobMessages", "body": "", "statistics": STATS, **fields}
+    )
 
 
 @pytest.mark.parametrize(
     ("data", "reason", "message_id", "message_type"),
     [
         (envelope(body="[{oops"), "malformed_body", 41, "RunnerScaleSetJobMessages"),
-        (envelope(body='[{"messageType": "JobStarted", "runnerId": "x"}]'), "malformed_body", 41, "RunnerScaleSetJobMessages"),
+        (
+            envelope(body='[{"messageType": "JobStarted", "runnerId": "x"}]'),
+            "malformed_body",
+            41,
+            "RunnerScaleSetJobMessages",
+        ),
         (envelope(messageType="Other"), "unsupported_message_type", 41, "Other"),
         (envelope(statistics=None), "missing_statistics", 41, "RunnerScaleSetJobMessages"),
         (b"{not json", "malformed_envelope", None, ""),
@@ -64,14 +71,23 @@ def make_loop(session: FakeSession, published: list) -> SessionLoop:
 
 
 def rejected(loop: SessionLoop, reason: str) -> float | None:
-    labels = {"name": "set", "namespace": "ns", "repository": "", "organization": "", "enterprise": "", "reason": reason}
+    labels = {
+        "name": "set",
+        "namespace": "ns",
+        "repository": "",
+        "organization": "",
+        "enterprise": "",
+        "reason": reason,
+    }
     return loop.metrics.registry.get_sample_value("runnerscale_listener_rejected_messages_total", labels)
 
 
 async def test_reject_publishes_the_last_good_level_then_acknowledges() -> None:
     session, published = FakeSession(), []
     loop = make_loop(session, published)
-    error = MessageDecodeError("message 41: body is not a JSON array", message_id=41, message_type="RunnerScaleSetJobMessages")
+    error = MessageDecodeError(
+        "message 41: body is not a JSON array", message_id=41, message_type="RunnerScaleSetJobMessages"
+    )
     await loop.reject(error)
     await loop.reject(error)  # delivered again (e.g. the ack was lost): counted once
     assert session.calls == [("publish", 1), ("delete", 41), ("publish", 1), ("delete", 41)]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from services.listener.config import MAX_INT32
 from services.listener.scaling import (
     MAX_PATCH_ID,
     ScalerState,
@@ -14,6 +13,7 @@ from services.listener.scaling import (
     mark_dirty,
     next_patch_seq,
 )
+from shared.listener_config import MAX_INT32
 
 UNBOUNDED = MAX_INT32
 
@@ -50,7 +50,9 @@ ARC_TABLE = [
 ]
 
 
-@pytest.mark.parametrize(("min_runners", "max_runners", "steps", "expected"), [r[1:] for r in ARC_TABLE], ids=[r[0] for r in ARC_TABLE])
+@pytest.mark.parametrize(
+    ("min_runners", "max_runners", "steps", "expected"), [r[1:] for r in ARC_TABLE], ids=[r[0] for r in ARC_TABLE]
+)
 def test_patch_sequence_matches_arc_scaler(min_runners, max_runners, steps, expected):
     state = ScalerState()
     for (dirty, assigned), (want_patch, want_target, want_seq) in zip(steps, expected, strict=True):

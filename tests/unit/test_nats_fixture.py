@@ -1,4 +1,3 @@
-import anyio
 import nats
 import pytest
 

@@ -18,7 +18,16 @@ def _entries() -> dict[str, list[str]]:
 
 
 def test_procfile_lists_every_embedded_process():
-    assert set(_entries()) == {"nats", "apiserver", "actions-sim", "node-sim", "scale-set", "runner-set", "runner", "listener-pod"}
+    assert set(_entries()) == {
+        "nats",
+        "apiserver",
+        "actions-sim",
+        "node-sim",
+        "scale-set",
+        "runner-set",
+        "runner",
+        "listener-pod",
+    }
 
 
 def test_procfile_commands_are_registered_subcommands():

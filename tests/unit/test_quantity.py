@@ -51,7 +51,25 @@ def test_valid_quantities(text, value) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", " 1", "1 ", "Gi", "1gi", "1KB", "1KiB", "1.2.3", "1e", "1e3.5", "e3", "--1", "1,5", "0x10", "abc", "1Gi1", "1e9999"],
+    [
+        "",
+        " 1",
+        "1 ",
+        "Gi",
+        "1gi",
+        "1KB",
+        "1KiB",
+        "1.2.3",
+        "1e",
+        "1e3.5",
+        "e3",
+        "--1",
+        "1,5",
+        "0x10",
+        "abc",
+        "1Gi1",
+        "1e9999",
+    ],
 )
 def test_invalid_quantities_name_the_text(text: str) -> None:
     with pytest.raises(ValueError) as info:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 
 import msgspec
-import pytest
 
 from services.runner_set import decide
 from shared.api import EphemeralRunner, EphemeralRunnerSet, decode
@@ -18,16 +17,25 @@ from shared.api.constants import (
 )
 from shared.bus import DesiredState, ResourceRef
 
-T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 
 
-def ers(*, replicas=0, patch_id=0, revision=0, applied=0, marker=None, annotations=None, labels=None, phase="Running") -> EphemeralRunnerSet:
+def ers(
+    *, replicas=0, patch_id=0, revision=0, applied=0, marker=None, annotations=None, labels=None, phase="Running"
+) -> EphemeralRunnerSet:
     return decode(
         EphemeralRunnerSet,
         {
             "apiVersion": "actions.github.com/v1alpha1",
             "kind": "EphemeralRunnerSet",
-            "metadata": {"name": "set", "namespace": "ns", "uid": "ers-uid", "resourceVersion": "7", "annotations": annotations or {}, "labels": labels or {}},
+            "metadata": {
+                "name": "set",
+                "namespace": "ns",
+                "uid": "ers-uid",
+                "resourceVersion": "7",
+                "annotations": annotations or {},
+                "labels": labels or {},
+            },
             "spec": {
                 "replicas": replicas,
                 "patchID": patch_id,
@@ -61,7 +69,15 @@ def er(phase="", *, runner_id=0, job="", patch=None, revision=None, age=0, delet
         "uid": f"u{_n}",
         "annotations": ann,
         "creationTimestamp": (T0 + dt.timedelta(seconds=age)).isoformat().replace("+00:00", "Z"),
-        "ownerReferences": [{"apiVersion": "actions.github.com/v1alpha1", "kind": "EphemeralRunnerSet", "name": "set", "uid": "ers-uid", "controller": True}],
+        "ownerReferences": [
+            {
+                "apiVersion": "actions.github.com/v1alpha1",
+                "kind": "EphemeralRunnerSet",
+                "name": "set",
+                "uid": "ers-uid",
+                "controller": True,
+            }
+        ],
     }
     if deleting:
         meta["deletionTimestamp"] = T0.isoformat().replace("+00:00", "Z")
@@ -85,9 +101,25 @@ def plan_for(s, runners):
 
 
 def test_buckets_and_totals():
-    runners = [er(""), er("Pending"), er("Running"), er("Succeeded"), er("Failed"), er("Outdated"), er("Running", deleting=True, patch=9), er(patch=3)]
+    runners = [
+        er(""),
+        er("Pending"),
+        er("Running"),
+        er("Succeeded"),
+        er("Failed"),
+        er("Outdated"),
+        er("Running", deleting=True, patch=9),
+        er(patch=3),
+    ]
     b = decide.bucket_runners(runners)
-    assert (len(b.pending), len(b.running), len(b.finished), len(b.failed), len(b.outdated), len(b.deleting)) == (3, 1, 1, 1, 1, 1)
+    assert (len(b.pending), len(b.running), len(b.finished), len(b.failed), len(b.outdated), len(b.deleting)) == (
+        3,
+        1,
+        1,
+        1,
+        1,
+        1,
+    )
     assert b.scale_total == 5  # pending + running + failed; finished/outdated/deleting do not count
     assert b.scale_up_total == 6  # deleting runners count toward scale-up (not double-replaced)
     assert b.latest_patch_id == 9  # deleting runners included
@@ -243,7 +275,14 @@ def test_phase_recomputed_both_ways_when_revision_applied():
 
 
 def ds(epoch, t, *, patch=1, replicas=2) -> DesiredState:
-    return DesiredState(scale_set_id=1, ers=ResourceRef("ns", "set"), patch_id=patch, replicas=replicas, listener_epoch=epoch, time=T0 + dt.timedelta(seconds=t))
+    return DesiredState(
+        scale_set_id=1,
+        ers=ResourceRef("ns", "set"),
+        patch_id=patch,
+        replicas=replicas,
+        listener_epoch=epoch,
+        time=T0 + dt.timedelta(seconds=t),
+    )
 
 
 def applied_ann(epoch, t):
@@ -254,7 +293,9 @@ def applied_ann(epoch, t):
 def test_desired_patch_applies_and_records_epoch():
     patch = decide.desired_patch(ers(), ds(5, 10, patch=3, replicas=4))
     assert patch["spec"] == {"replicas": 4, "patchID": 3}
-    rec = msgspec.json.decode(patch["metadata"]["annotations"][decide.ANNOTATION_APPLIED_DESIRED_STATE], type=decide.AppliedDesired)
+    rec = msgspec.json.decode(
+        patch["metadata"]["annotations"][decide.ANNOTATION_APPLIED_DESIRED_STATE], type=decide.AppliedDesired
+    )
     assert rec.epoch == 5 and rec.patch_id == 3
 
 
@@ -291,7 +332,13 @@ def test_newer_desired_and_problems():
 
 
 def test_new_runner_carries_annotations_owner_labels_finalizers():
-    s = ers(replicas=1, patch_id=7, revision=3, annotations={"a": "1", decide.ANNOTATION_APPLIED_DESIRED_STATE: "x"}, labels={"actions.github.com/scale-set-name": "set"})
+    s = ers(
+        replicas=1,
+        patch_id=7,
+        revision=3,
+        annotations={"a": "1", decide.ANNOTATION_APPLIED_DESIRED_STATE: "x"},
+        labels={"actions.github.com/scale-set-name": "set"},
+    )
     body = decide.new_runner(s)
     meta = body["metadata"]
     assert meta["generateName"] == "set-runner-"
@@ -330,7 +377,10 @@ def test_status_diff_only_when_different():
 def test_proxy_secret_data_is_arcs_to_secret_data():
     from shared.api import ProxyConfig, ProxyServerConfig
 
-    proxy = ProxyConfig(http=ProxyServerConfig(url="http://proxy.example:3128", credential_secret_ref="creds"), no_proxy=["a.example", "b.example"])
+    proxy = ProxyConfig(
+        http=ProxyServerConfig(url="http://proxy.example:3128", credential_secret_ref="creds"),
+        no_proxy=["a.example", "b.example"],
+    )
     assert decide.proxy_secret_data(proxy, {"creds": ("test", "pass word")}) == {
         "http_proxy": "http://test:pass%20word@proxy.example:3128",
         "https_proxy": "",

@@ -9,13 +9,18 @@ import datetime as dt
 import pytest
 
 from services.runner_set import decide, failures
-from services.runner_set.failures import ANNOTATION_FAILED_AT, ANNOTATION_FAILURE_BUDGET, ANNOTATION_REPLACES, FailurePolicy
+from services.runner_set.failures import (
+    ANNOTATION_FAILED_AT,
+    ANNOTATION_FAILURE_BUDGET,
+    ANNOTATION_REPLACES,
+    FailurePolicy,
+)
 from services.runner_set.settings import add_runner_set_arguments, load_failure_policy
 from shared.api import EphemeralRunner, EphemeralRunnerSet, decode
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION, ANNOTATION_PATCH_ID
 from shared.worker import SettingsError
 
-T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 POLICY = FailurePolicy(failed_runner_ttl=300, budget_failures=3, budget_window=600, backoff_base=30, backoff_max=120)
 
 
@@ -30,12 +35,22 @@ def ers(*, replicas=3, patch_id=0, revision=1, budget: str | None = None) -> Eph
         {
             "apiVersion": "actions.github.com/v1alpha1",
             "kind": "EphemeralRunnerSet",
-            "metadata": {"name": "set", "namespace": "ns", "uid": "ers-uid", "resourceVersion": "7", "annotations": ann},
+            "metadata": {
+                "name": "set",
+                "namespace": "ns",
+                "uid": "ers-uid",
+                "resourceVersion": "7",
+                "annotations": ann,
+            },
             "spec": {
                 "replicas": replicas,
                 "patchID": patch_id,
                 "actionableRevision": revision,
-                "ephemeralRunnerSpec": {"githubConfigUrl": "https://github.com/org", "githubConfigSecret": "s", "runnerScaleSetId": 1},
+                "ephemeralRunnerSpec": {
+                    "githubConfigUrl": "https://github.com/org",
+                    "githubConfigSecret": "s",
+                    "runnerScaleSetId": 1,
+                },
             },
             "status": {"appliedActionableRevision": revision, "phase": "Running"},
         },
@@ -45,7 +60,19 @@ def ers(*, replicas=3, patch_id=0, revision=1, budget: str | None = None) -> Eph
 _n = 0
 
 
-def er(phase="", *, failed=None, created=0.0, revision=1, job="", runner_id=7, patch=0, replaces="", deleting=False, reason="InvalidPod") -> EphemeralRunner:
+def er(
+    phase="",
+    *,
+    failed=None,
+    created=0.0,
+    revision=1,
+    job="",
+    runner_id=7,
+    patch=0,
+    replaces="",
+    deleting=False,
+    reason="InvalidPod",
+) -> EphemeralRunner:
     global _n
     _n += 1
     ann = {ANNOTATION_ACTIONABLE_REVISION: str(revision), ANNOTATION_PATCH_ID: str(patch)}
@@ -59,7 +86,15 @@ def er(phase="", *, failed=None, created=0.0, revision=1, job="", runner_id=7, p
         "uid": f"u{_n}",
         "annotations": ann,
         "creationTimestamp": at(created).isoformat().replace("+00:00", "Z"),
-        "ownerReferences": [{"apiVersion": "actions.github.com/v1alpha1", "kind": "EphemeralRunnerSet", "name": "set", "uid": "ers-uid", "controller": True}],
+        "ownerReferences": [
+            {
+                "apiVersion": "actions.github.com/v1alpha1",
+                "kind": "EphemeralRunnerSet",
+                "name": "set",
+                "uid": "ers-uid",
+                "controller": True,
+            }
+        ],
     }
     if deleting:
         meta["deletionTimestamp"] = at(created).isoformat().replace("+00:00", "Z")
@@ -70,7 +105,12 @@ def er(phase="", *, failed=None, created=0.0, revision=1, job="", runner_id=7, p
             "kind": "EphemeralRunner",
             "metadata": meta,
             "spec": {"githubConfigUrl": "https://github.com/org", "githubConfigSecret": "s", "runnerScaleSetId": 1},
-            "status": {"phase": phase, "runnerId": runner_id, "jobId": job, **({"reason": reason} if phase == "Failed" else {})},
+            "status": {
+                "phase": phase,
+                "runnerId": runner_id,
+                "jobId": job,
+                **({"reason": reason} if phase == "Failed" else {}),
+            },
         },
     )
 
@@ -168,12 +208,19 @@ def test_more_than_budget_in_window_backs_creation_off_with_an_event_record():
     assert "4 runners failed" in p.budget.message
     assert p.requeue_after == pytest.approx(30.0)
     rec = record_of(p)
-    assert rec.level == 1 and rec.until == at(40) and rec.revision == 1 and set(rec.failures) == {f.metadata.uid for f in fs}
+    assert (
+        rec.level == 1
+        and rec.until == at(40)
+        and rec.revision == 1
+        and set(rec.failures) == {f.metadata.uid for f in fs}
+    )
 
 
 def test_failures_outside_the_window_do_not_count():
     old = [er("Failed", failed=i) for i in range(4)]
-    p = plan(ers(replicas=6), old, at(3 + 600 + 1), FailurePolicy(failed_runner_ttl=0, budget_failures=3, budget_window=600))
+    p = plan(
+        ers(replicas=6), old, at(3 + 600 + 1), FailurePolicy(failed_runner_ttl=0, budget_failures=3, budget_window=600)
+    )
     assert p.budget.failures == 0 and p.budget.blocked_until is None
 
 
@@ -205,13 +252,20 @@ def test_backoff_is_capped():
 
 def test_reaped_failures_are_recorded_before_the_reap_and_still_count():
     fs = [er("Failed", failed=i) for i in range(3)]
-    p = plan(ers(replicas=3), fs, at(300 + 3), FailurePolicy(failed_runner_ttl=300, budget_failures=3, budget_window=600))
+    p = plan(
+        ers(replicas=3), fs, at(300 + 3), FailurePolicy(failed_runner_ttl=300, budget_failures=3, budget_window=600)
+    )
     assert p.reason == "failed-ttl" and len(p.reap) == 3
     rec = record_of(p)  # written first by the controller (locked), then the runners are deleted
     assert set(rec.failures) == {f.metadata.uid for f in fs}
     # after the reap: the failed runners are gone, the record still counts them; one more failure
     s = ers(replicas=3, budget=failures.encode_record(rec))
-    q = plan(s, [er("Failed", failed=310), er(""), er("")], at(311), FailurePolicy(failed_runner_ttl=300, budget_failures=3, budget_window=600))
+    q = plan(
+        s,
+        [er("Failed", failed=310), er(""), er("")],
+        at(311),
+        FailurePolicy(failed_runner_ttl=300, budget_failures=3, budget_window=600),
+    )
     assert q.budget.escalated and q.budget.failures == 4
 
 
@@ -285,7 +339,11 @@ def _parse(argv):
 
 def test_settings_defaults_env_and_flags():
     assert load_failure_policy(_parse([]), {}) == FailurePolicy()
-    assert FailurePolicy().failed_runner_ttl == 300 and FailurePolicy().budget_failures == 5 and FailurePolicy().budget_window == 600
+    assert (
+        FailurePolicy().failed_runner_ttl == 300
+        and FailurePolicy().budget_failures == 5
+        and FailurePolicy().budget_window == 600
+    )
     env = {"RUNNERSCALE_FAILED_RUNNER_TTL": "60", "RUNNERSCALE_FAILURE_BUDGET": "2"}
     p = load_failure_policy(_parse(["--failed-runner-ttl", "5", "--failure-budget-window", "30"]), env)
     assert (p.failed_runner_ttl, p.budget_failures, p.budget_window) == (5.0, 2, 30.0)

@@ -4,13 +4,11 @@ better-than-ARC rules (lost pod with a job, start deadline, hung after job, remo
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
 
-from shared.api import EphemeralRunner, decode
-from shared.kube.objects import Pod
 from services.runner import decide
 from services.runner.decide import (
     CreatePod,
@@ -23,8 +21,10 @@ from services.runner.decide import (
     Wait,
 )
 from services.runner.jobs import ANNOTATION_JOB_COMPLETED
+from shared.api import EphemeralRunner, decode
+from shared.kube.objects import Pod
 
-NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 S = RunnerSettings()
 
 
@@ -34,14 +34,32 @@ def er(status: dict | None = None, annotations: dict | None = None, created: dat
         {
             "apiVersion": "actions.github.com/v1alpha1",
             "kind": "EphemeralRunner",
-            "metadata": {"name": "r", "namespace": "ns", "uid": "er-uid", "annotations": annotations or {}, "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")},
-            "spec": {"githubConfigUrl": "https://github.com/o", "githubConfigSecret": "s", "runnerScaleSetId": 1, "spec": {"containers": [{"name": "runner", "image": "i"}]}},
+            "metadata": {
+                "name": "r",
+                "namespace": "ns",
+                "uid": "er-uid",
+                "annotations": annotations or {},
+                "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+            "spec": {
+                "githubConfigUrl": "https://github.com/o",
+                "githubConfigSecret": "s",
+                "runnerScaleSetId": 1,
+                "spec": {"containers": [{"name": "runner", "image": "i"}]},
+            },
             "status": status or {},
         },
     )
 
 
-def pod(phase: str = "Running", runner_state: dict | None = None, init_state: dict | None = None, uid: str = "pod-1", created: datetime = NOW, **status) -> Pod:
+def pod(
+    phase: str = "Running",
+    runner_state: dict | None = None,
+    init_state: dict | None = None,
+    uid: str = "pod-1",
+    created: datetime = NOW,
+    **status,
+) -> Pod:
     st: dict = {"phase": phase, **status}
     if runner_state is not None:
         st["containerStatuses"] = [{"name": "runner", "state": runner_state}]
@@ -101,7 +119,12 @@ def test_exit_7_marks_outdated():
 
 @pytest.mark.parametrize(
     "p",
-    [pod("Failed", term(1)), pod("Failed", reason="Evicted", message="low memory"), pod("Failed", reason="OutOfpods"), pod("Pending", init_state=term(1, "StartError"))],
+    [
+        pod("Failed", term(1)),
+        pod("Failed", reason="Evicted", message="low memory"),
+        pod("Failed", reason="OutOfpods"),
+        pod("Pending", init_state=term(1, "StartError")),
+    ],
 )
 def test_failure_without_job_is_recorded_by_pod_uid(p):
     d = decide.decide_pod(er(), p, NOW, S)
@@ -128,14 +151,21 @@ def test_failure_with_job_deletes_the_runner(p):
 
 
 def test_no_runner_status_changes_nothing():
-    assert decide.decide_pod(er(), pod("Running"), NOW, replace(S, pod_start_deadline=0)) == Wait(None, "no runner container status yet")
+    assert decide.decide_pod(er(), pod("Running"), NOW, replace(S, pod_start_deadline=0)) == Wait(
+        None, "no runner container status yet"
+    )
 
 
 def test_running_pod_status_is_copied_once():
     d = decide.decide_pod(er(), pod("Running", RUNNING, conditions=[{"type": "Ready", "status": "True"}]), NOW, S)
     assert isinstance(d, PatchStatus)
     assert d.status_patch["status"]["phase"] == "Running" and d.status_patch["status"]["ready"] is True
-    same = decide.decide_pod(er({"phase": "Running", "ready": True}), pod("Running", RUNNING, conditions=[{"type": "Ready", "status": "True"}]), NOW, S)
+    same = decide.decide_pod(
+        er({"phase": "Running", "ready": True}),
+        pod("Running", RUNNING, conditions=[{"type": "Ready", "status": "True"}]),
+        NOW,
+        S,
+    )
     assert isinstance(same, Wait)
 
 
@@ -193,18 +223,24 @@ def test_pod_that_never_starts_hits_the_deadline():
     # a started runner is never "not started"
     assert not isinstance(decide.decide_pod(er(), pod("Running", RUNNING, created=old), NOW, S), DeleteRunner)
     # disabled
-    assert not isinstance(decide.decide_pod(er(), pod("Pending", created=old), NOW, replace(S, pod_start_deadline=0)), DeleteRunner)
+    assert not isinstance(
+        decide.decide_pod(er(), pod("Pending", created=old), NOW, replace(S, pod_start_deadline=0)), DeleteRunner
+    )
 
 
 def test_runner_hung_after_job_completed_is_deleted_after_grace():
     ann = {ANNOTATION_JOB_COMPLETED: "job=42;result=succeeded;at=2026-11-29T11:57:00Z"}
     d = decide.decide_pod(er({"jobId": "42", "phase": "Running"}, ann), pod("Running", RUNNING), NOW, S)
     assert isinstance(d, DeleteRunner) and d.reason == "RunnerHungAfterJob"
-    within = decide.decide_pod(er({"jobId": "42", "phase": "Running"}, ann), pod("Running", RUNNING), NOW - timedelta(seconds=100), S)
+    within = decide.decide_pod(
+        er({"jobId": "42", "phase": "Running"}, ann), pod("Running", RUNNING), NOW - timedelta(seconds=100), S
+    )
     assert isinstance(within, Wait) and within.requeue_after == pytest.approx(40)
     # a completion about another job is not this runner's
     other = {ANNOTATION_JOB_COMPLETED: "job=41;result=succeeded;at=2026-11-29T11:00:00Z"}
-    assert isinstance(decide.decide_pod(er({"jobId": "42", "phase": "Running"}, other), pod("Running", RUNNING), NOW, S), Wait)
+    assert isinstance(
+        decide.decide_pod(er({"jobId": "42", "phase": "Running"}, other), pod("Running", RUNNING), NOW, S), Wait
+    )
 
 
 def test_quota_retries_then_gives_up():

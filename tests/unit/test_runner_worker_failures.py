@@ -4,15 +4,16 @@ are counted by set and reason (runnerscale_runner_failures_total)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from shared.api import EphemeralRunner, decode
 from services.runner import decide
-from services.runner.decide import ANNOTATION_FAILED_AT, MarkFailed, RunnerSettings
+from services.runner.decide import MarkFailed, RunnerSettings
 from services.runner.metrics import runner_metrics
 from services.runner_set import failures
+from shared.api import EphemeralRunner, decode
+from shared.api.constants import ANNOTATION_FAILED_AT
 
-NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
 
 def er(status: dict, annotations: dict | None = None) -> EphemeralRunner:
@@ -21,7 +22,13 @@ def er(status: dict, annotations: dict | None = None) -> EphemeralRunner:
         {
             "apiVersion": "actions.github.com/v1alpha1",
             "kind": "EphemeralRunner",
-            "metadata": {"name": "r", "namespace": "ns", "uid": "er-uid", "annotations": annotations or {}, "creationTimestamp": "2026-11-29T11:00:00Z"},
+            "metadata": {
+                "name": "r",
+                "namespace": "ns",
+                "uid": "er-uid",
+                "annotations": annotations or {},
+                "creationTimestamp": "2026-11-29T11:00:00Z",
+            },
             "spec": {"githubConfigUrl": "https://github.com/o", "githubConfigSecret": "s", "runnerScaleSetId": 1},
             "status": status,
         },
@@ -41,7 +48,9 @@ def test_failed_at_stamp_is_what_the_runner_set_reads():
     stamped = er({"phase": "Failed", "reason": "InvalidPod"}, patch["metadata"]["annotations"])
     assert ANNOTATION_FAILED_AT == failures.ANNOTATION_FAILED_AT
     assert failures.failed_at(stamped) == NOW
-    assert decide.failed_patch("TooManyPodFailures", "m") == {"status": {"phase": "Failed", "reason": "TooManyPodFailures", "message": "m", "ready": False}}
+    assert decide.failed_patch("TooManyPodFailures", "m") == {
+        "status": {"phase": "Failed", "reason": "TooManyPodFailures", "message": "m", "ready": False}
+    }
 
 
 def test_failure_metric_has_namespace_name_reason():

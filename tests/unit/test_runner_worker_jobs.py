@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import itertools
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
+from services.runner import jobs
 from shared.api import EphemeralRunner, decode
 from shared.bus import ResourceRef
 from shared.bus.messages import JobCompleted, JobStarted
-from services.runner import jobs
 
-T = datetime(2026, 11, 29, 12, 0, 5, tzinfo=timezone.utc)
+T = datetime(2026, 11, 29, 12, 0, 5, tzinfo=UTC)
 
 
 def er(status: dict | None = None, labels: dict | None = None, annotations: dict | None = None) -> EphemeralRunner:
@@ -21,7 +21,12 @@ def er(status: dict | None = None, labels: dict | None = None, annotations: dict
         {
             "apiVersion": "actions.github.com/v1alpha1",
             "kind": "EphemeralRunner",
-            "metadata": {"name": "r1", "namespace": "ns", "labels": labels or {"actions.github.com/scale-set-name": "set"}, "annotations": annotations or {}},
+            "metadata": {
+                "name": "r1",
+                "namespace": "ns",
+                "labels": labels or {"actions.github.com/scale-set-name": "set"},
+                "annotations": annotations or {},
+            },
             "spec": {"githubConfigUrl": "https://github.com/o", "githubConfigSecret": "s", "runnerScaleSetId": 3},
             "status": status or {"runnerId": 10},
         },
@@ -75,7 +80,11 @@ def test_started_sets_arcs_status_fields():
 
 def test_zero_values_are_left_out():
     patch = jobs.job_status_patch(er(), ev(runner_request_id=0, workflow_run_id=0, job_display_name=""))
-    assert "jobRequestId" not in patch["status"] and "workflowRunId" not in patch["status"] and "jobDisplayName" not in patch["status"]
+    assert (
+        "jobRequestId" not in patch["status"]
+        and "workflowRunId" not in patch["status"]
+        and "jobDisplayName" not in patch["status"]
+    )
 
 
 def test_repeat_is_a_no_op():
@@ -95,9 +104,16 @@ def test_missing_fields_of_the_same_job_are_filled():
     assert jobs.job_status_patch(partial, ev()) == {"status": {k: v for k, v in FIELDS.items() if k != "jobId"}}
 
 
-@pytest.mark.parametrize("order", list(itertools.permutations(["started", "completed", "started-again", "completed-again"])))
+@pytest.mark.parametrize(
+    "order", list(itertools.permutations(["started", "completed", "started-again", "completed-again"]))
+)
 def test_any_order_converges_to_the_same_state(order):
-    events = {"started": ev(), "started-again": ev(), "completed": ev(JobCompleted), "completed-again": ev(JobCompleted, time=datetime(2026, 11, 29, 12, 9, tzinfo=timezone.utc))}
+    events = {
+        "started": ev(),
+        "started-again": ev(),
+        "completed": ev(JobCompleted),
+        "completed-again": ev(JobCompleted, time=datetime(2026, 11, 29, 12, 9, tzinfo=UTC)),
+    }
     runner = er()
     for name in order:
         e = events[name]

@@ -4,21 +4,27 @@ stage deterministically — a Secret written concurrently, name collisions, remo
 from __future__ import annotations
 
 import base64
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from shared.actions import JitRunnerConfig, JobStillRunningError, RunnerExistsError, RunnerNotFoundError, RunnerReference
+from services.runner.decide import RunnerSettings
+from services.runner.reconciler import RunnerReconciler, _Stop
+from shared.actions import (
+    JitRunnerConfig,
+    JobStillRunningError,
+    RunnerExistsError,
+    RunnerNotFoundError,
+    RunnerReference,
+)
 from shared.api import EphemeralRunner, decode
 from shared.kube import EPHEMERAL_RUNNERS, PODS, SECRETS, AlreadyExists, Result
 from shared.kube.objects import Pod, Secret
-from services.runner.decide import RunnerSettings
-from services.runner.reconciler import RunnerReconciler, _Stop
 
 pytestmark = pytest.mark.anyio
 
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def er(status: dict | None = None, deleting: bool = False) -> EphemeralRunner:
@@ -31,14 +37,22 @@ def er(status: dict | None = None, deleting: bool = False) -> EphemeralRunner:
             "apiVersion": "actions.github.com/v1alpha1",
             "kind": "EphemeralRunner",
             "metadata": meta,
-            "spec": {"githubConfigUrl": "https://github.com/o", "githubConfigSecret": "s", "runnerScaleSetId": 1, "spec": {"containers": [{"name": "runner", "image": "i"}]}},
+            "spec": {
+                "githubConfigUrl": "https://github.com/o",
+                "githubConfigSecret": "s",
+                "runnerScaleSetId": 1,
+                "spec": {"containers": [{"name": "runner", "image": "i"}]},
+            },
             "status": status or {},
         },
     )
 
 
 def secret(runner_id: str) -> Secret:
-    return Secret(metadata=decode_meta("r", "sec-uid"), data={"runnerId": base64.b64encode(runner_id.encode()).decode(), "jitToken": "eA=="})
+    return Secret(
+        metadata=decode_meta("r", "sec-uid"),
+        data={"runnerId": base64.b64encode(runner_id.encode()).decode(), "jitToken": "eA=="},
+    )
 
 
 def decode_meta(name: str, uid: str) -> Any:
@@ -90,7 +104,13 @@ class FakeEvents:
 
 
 class FakeClient:
-    def __init__(self, *, jit_error: Exception | None = None, found: RunnerReference | None = None, remove_error: Exception | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        jit_error: Exception | None = None,
+        found: RunnerReference | None = None,
+        remove_error: Exception | None = None,
+    ) -> None:
         self.jit_error = jit_error
         self.found = found
         self.remove_error = remove_error
@@ -99,7 +119,9 @@ class FakeClient:
     async def generate_jit_config(self, scale_set_id, name, *, work_folder=""):
         if self.jit_error is not None:
             raise self.jit_error
-        return JitRunnerConfig(runner=RunnerReference(id=9, name=name, runner_scale_set_id=scale_set_id), encoded_jit_config="ZW5j")
+        return JitRunnerConfig(
+            runner=RunnerReference(id=9, name=name, runner_scale_set_id=scale_set_id), encoded_jit_config="ZW5j"
+        )
 
     async def get_runner_by_name(self, name):
         return self.found
@@ -186,12 +208,16 @@ async def test_runner_exists_resolution(found, removed, result, er_deleted):
 
 
 async def test_removal_without_id_secret_or_client_counts_as_done():
-    rec, _ = reconciler(FakeReader({SECRETS: None}), clients=FakeClients(error=RuntimeError("Secret s in namespace ns: not found")))
+    rec, _ = reconciler(
+        FakeReader({SECRETS: None}), clients=FakeClients(error=RuntimeError("Secret s in namespace ns: not found"))
+    )
     await rec._remove_runner(er(deleting=True))  # no raise
 
 
 async def test_removal_with_known_id_and_no_client_is_an_error():
-    rec, events = reconciler(FakeReader(), clients=FakeClients(error=RuntimeError("Secret s in namespace ns: not found")))
+    rec, events = reconciler(
+        FakeReader(), clients=FakeClients(error=RuntimeError("Secret s in namespace ns: not found"))
+    )
     with pytest.raises(RuntimeError):
         await rec._remove_runner(er({"runnerId": 4}, deleting=True))
     assert events.seen[0][0] == "ActionsCredentialsUnavailable"
@@ -202,7 +228,10 @@ async def test_removal_by_name_only_in_this_scale_set():
     rec, _ = reconciler(FakeReader({SECRETS: None}), client=other)
     await rec._remove_runner(er(deleting=True))
     assert other.removed == []
-    ours = FakeClient(found=RunnerReference(id=3, name="r", runner_scale_set_id=1), remove_error=RunnerNotFoundError("DELETE x", status=404))
+    ours = FakeClient(
+        found=RunnerReference(id=3, name="r", runner_scale_set_id=1),
+        remove_error=RunnerNotFoundError("DELETE x", status=404),
+    )
     rec, _ = reconciler(FakeReader({SECRETS: None}), client=ours)
     await rec._remove_runner(er(deleting=True))
     assert ours.removed == [3]
@@ -214,7 +243,9 @@ def _pod(phase: str, running: bool) -> Pod:
     st: dict[str, Any] = {"phase": phase}
     if running:
         st["containerStatuses"] = [{"name": "runner", "state": {"running": {}}}]
-    return msgspec.json.decode(msgspec.json.encode({"metadata": {"name": "r", "namespace": "ns", "uid": "p"}, "status": st}), type=Pod)
+    return msgspec.json.decode(
+        msgspec.json.encode({"metadata": {"name": "r", "namespace": "ns", "uid": "p"}, "status": st}), type=Pod
+    )
 
 
 @pytest.mark.parametrize(("pod", "expected"), [(None, None), (_pod("Running", True), Result(requeue_after=30.0))])

@@ -6,10 +6,10 @@ import argparse
 
 import pytest
 
-from shared.cli import SUBCOMMANDS
-from shared.worker import SettingsError, add_worker_arguments
 from services.runner.decide import ARC_FAILURE_BACKOFF, RunnerSettings
 from services.runner.worker import add_runner_arguments, load_runner_settings, main
+from shared.cli import SUBCOMMANDS
+from shared.worker import SettingsError, add_worker_arguments
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -27,16 +27,25 @@ def test_defaults_are_arcs():
 
 
 def test_env_then_flags():
-    env = {"RUNNERSCALE_RUNNER_FAILURE_BACKOFF": "0,1,2", "RUNNERSCALE_RUNNER_MAX_FAILURES": "3", "RUNNERSCALE_RUNNER_POD_START_DEADLINE": "60"}
+    env = {
+        "RUNNERSCALE_RUNNER_FAILURE_BACKOFF": "0,1,2",
+        "RUNNERSCALE_RUNNER_MAX_FAILURES": "3",
+        "RUNNERSCALE_RUNNER_POD_START_DEADLINE": "60",
+    }
     settings, _ = load_runner_settings(parse("--max-failures", "7", "--exclude-label-propagation-prefix", "a/,b/"), env)
     assert settings.failure_backoff == (0.0, 1.0, 2.0)
     assert settings.max_failures == 7
     assert settings.pod_start_deadline == 60.0
-    _, prefixes = load_runner_settings(parse("--exclude-label-propagation-prefix", "a/,b/", "--exclude-label-propagation-prefix", "c/"), {})
+    _, prefixes = load_runner_settings(
+        parse("--exclude-label-propagation-prefix", "a/,b/", "--exclude-label-propagation-prefix", "c/"), {}
+    )
     assert prefixes == ("a/", "b/", "c/")
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--max-failures", "x"), ("--pod-start-deadline", "-1"), ("--failure-backoff", "1,a"), ("--failure-backoff", ",")])
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--max-failures", "x"), ("--pod-start-deadline", "-1"), ("--failure-backoff", "1,a"), ("--failure-backoff", ",")],
+)
 def test_bad_values_name_the_setting(flag, value):
     with pytest.raises(SettingsError):
         load_runner_settings(parse(flag, value), {})

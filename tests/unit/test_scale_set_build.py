@@ -6,6 +6,15 @@ from pathlib import Path
 
 import yaml
 
+from services.scale_set.build import (
+    BuildOptions,
+    desired_ephemeral_runner_set,
+    desired_listener,
+    effective_scale_set_name,
+    filter_and_merge_labels,
+    merge_patch_diff,
+    scale_set_id_of,
+)
 from shared.api import AutoscalingRunnerSet, decode, to_dict
 from shared.api.constants import (
     ANNOTATION_RUNNER_GROUP_NAME,
@@ -22,19 +31,12 @@ from shared.api.constants import (
     LABEL_SCALE_SET_NAMESPACE,
     LABEL_VERSION,
 )
-from services.scale_set.build import (
-    BuildOptions,
-    desired_ephemeral_runner_set,
-    desired_listener,
-    effective_scale_set_name,
-    filter_and_merge_labels,
-    merge_patch_diff,
-    scale_set_id_of,
-)
-from services.scale_set.names import fnv_hash_string, listener_name, runner_proxy_secret_name, trim_label_value, url_labels
+from shared.api.names import fnv_hash_string, listener_name, runner_proxy_secret_name, trim_label_value, url_labels
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "arc"
-OPTIONS = BuildOptions(controller_namespace="arc-systems", listener_image="ghcr.io/example/listener:1", image_pull_secrets=("ghcr-pull",))
+OPTIONS = BuildOptions(
+    controller_namespace="arc-systems", listener_image="ghcr.io/example/listener:1", image_pull_secrets=("ghcr-pull",)
+)
 
 
 def load_ars(name: str = "ars-dind.yaml", **annotations: str) -> AutoscalingRunnerSet:
@@ -85,11 +87,23 @@ def test_scale_set_name_defaults_to_the_ars_name() -> None:
 
 
 def test_desired_ers_is_named_owned_and_at_revision_one() -> None:
-    ars = load_ars(**{ANNOTATION_RUNNER_SCALE_SET_ID: "17", ANNOTATION_RUNNER_GROUP_NAME: "build-farm", ANNOTATION_RUNNER_SCALE_SET_NAME: "arc-runner-set"})
+    ars = load_ars(
+        **{
+            ANNOTATION_RUNNER_SCALE_SET_ID: "17",
+            ANNOTATION_RUNNER_GROUP_NAME: "build-farm",
+            ANNOTATION_RUNNER_SCALE_SET_NAME: "arc-runner-set",
+        }
+    )
     ers = desired_ephemeral_runner_set(ars, OPTIONS)
     assert (ers.metadata.name, ers.metadata.namespace) == ("arc-runner-set", "arc-runners")
     ref = ers.metadata.owner_references[0]
-    assert (ref.kind, ref.name, ref.uid, ref.controller, ref.block_owner_deletion) == ("AutoscalingRunnerSet", "arc-runner-set", "uid-ars", True, True)
+    assert (ref.kind, ref.name, ref.uid, ref.controller, ref.block_owner_deletion) == (
+        "AutoscalingRunnerSet",
+        "arc-runner-set",
+        "uid-ars",
+        True,
+        True,
+    )
     assert ers.spec.actionable_revision == 1
     assert (ers.spec.replicas, ers.spec.patch_id) == (0, 0)
     rs = ers.spec.ephemeral_runner_spec
@@ -118,7 +132,9 @@ def test_template_is_copied_not_shared() -> None:
 
 
 def test_excluded_label_prefixes_do_not_propagate() -> None:
-    opts = BuildOptions(controller_namespace="arc-systems", listener_image="img", exclude_label_prefixes=("helm.sh/", "team"))
+    opts = BuildOptions(
+        controller_namespace="arc-systems", listener_image="img", exclude_label_prefixes=("helm.sh/", "team")
+    )
     ers = desired_ephemeral_runner_set(load_ars(), opts)
     assert "helm.sh/chart" not in ers.metadata.labels and "team" not in ers.metadata.labels
     assert filter_and_merge_labels(None, None) == {}
@@ -131,7 +147,11 @@ def test_desired_listener_spec() -> None:
     assert al.metadata.owner_references == []  # cross-namespace: no owner reference
     assert al.metadata.name == listener_name("arc-runner-set", "arc-runners", "build-farm", ars.spec.github_config_url)
     s = al.spec
-    assert (s.autoscaling_runner_set_namespace, s.autoscaling_runner_set_name, s.ephemeral_runner_set_name) == ("arc-runners", "arc-runner-set", "arc-runner-set")
+    assert (s.autoscaling_runner_set_namespace, s.autoscaling_runner_set_name, s.ephemeral_runner_set_name) == (
+        "arc-runners",
+        "arc-runner-set",
+        "arc-runner-set",
+    )
     assert (s.min_runners, s.max_runners, s.runner_scale_set_id) == (1, 10, 17)
     assert s.image == "ghcr.io/example/listener:1"
     assert [r.name for r in s.image_pull_secrets] == ["ghcr-pull"]

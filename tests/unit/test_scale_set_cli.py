@@ -6,7 +6,13 @@ import argparse
 
 import pytest
 
-from services.scale_set.worker import OptionsError, add_scale_set_arguments, listener_owner_keys, main, options_from_args
+from services.scale_set.worker import (
+    OptionsError,
+    add_scale_set_arguments,
+    listener_owner_keys,
+    main,
+    options_from_args,
+)
 from shared.api import AutoscalingListener, AutoscalingListenerSpec
 from shared.kube import ObjectKey
 
@@ -19,9 +25,16 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_flags_build_options() -> None:
     args = parse(
-        "--controller-namespace", "arc-systems", "--listener-image", "img:1",
-        "--listener-image-pull-secret", "a,b", "--listener-image-pull-secret", "a",
-        "--exclude-label-propagation-prefix", "helm.sh/",
+        "--controller-namespace",
+        "arc-systems",
+        "--listener-image",
+        "img:1",
+        "--listener-image-pull-secret",
+        "a,b",
+        "--listener-image-pull-secret",
+        "a",
+        "--exclude-label-propagation-prefix",
+        "helm.sh/",
     )
     opts = options_from_args(args, environ={})
     assert (opts.controller_namespace, opts.listener_image) == ("arc-systems", "img:1")
@@ -30,9 +43,14 @@ def test_flags_build_options() -> None:
 
 
 def test_environment_fallbacks_use_arcs_names_too() -> None:
-    opts = options_from_args(parse(), environ={"CONTROLLER_MANAGER_POD_NAMESPACE": "ns", "CONTROLLER_MANAGER_CONTAINER_IMAGE": "img"})
+    opts = options_from_args(
+        parse(), environ={"CONTROLLER_MANAGER_POD_NAMESPACE": "ns", "CONTROLLER_MANAGER_CONTAINER_IMAGE": "img"}
+    )
     assert (opts.controller_namespace, opts.listener_image) == ("ns", "img")
-    opts = options_from_args(parse("--listener-image", "flag"), environ={"RUNNERSCALE_CONTROLLER_NAMESPACE": "rs", "RUNNERSCALE_LISTENER_IMAGE": "env"})
+    opts = options_from_args(
+        parse("--listener-image", "flag"),
+        environ={"RUNNERSCALE_CONTROLLER_NAMESPACE": "rs", "RUNNERSCALE_LISTENER_IMAGE": "env"},
+    )
     assert (opts.controller_namespace, opts.listener_image) == ("rs", "flag")
 
 
@@ -51,13 +69,20 @@ def test_missing_or_bad_options_are_errors(argv) -> None:
 
 
 def test_main_exits_2_on_bad_options(monkeypatch, capsys) -> None:
-    for name in ("RUNNERSCALE_CONTROLLER_NAMESPACE", "CONTROLLER_MANAGER_POD_NAMESPACE", "RUNNERSCALE_LISTENER_IMAGE", "CONTROLLER_MANAGER_CONTAINER_IMAGE"):
+    for name in (
+        "RUNNERSCALE_CONTROLLER_NAMESPACE",
+        "CONTROLLER_MANAGER_POD_NAMESPACE",
+        "RUNNERSCALE_LISTENER_IMAGE",
+        "CONTROLLER_MANAGER_CONTAINER_IMAGE",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert main(["--listener-image", "img"]) == 2
     assert "--controller-namespace" in capsys.readouterr().err
 
 
 def test_listener_events_map_to_their_scale_set() -> None:
-    al = AutoscalingListener(spec=AutoscalingListenerSpec(autoscaling_runner_set_namespace="ns", autoscaling_runner_set_name="set"))
+    al = AutoscalingListener(
+        spec=AutoscalingListenerSpec(autoscaling_runner_set_namespace="ns", autoscaling_runner_set_name="set")
+    )
     assert listener_owner_keys(al) == [ObjectKey("ns", "set")]
     assert listener_owner_keys(AutoscalingListener()) == []

@@ -7,6 +7,8 @@ import copy
 import msgspec
 import pytest
 
+from services.scale_set import decide
+from services.scale_set.build import BuildOptions, desired_ephemeral_runner_set, desired_listener
 from shared.api import (
     AutoscalingRunnerSet,
     AutoscalingRunnerSetPhase,
@@ -17,13 +19,18 @@ from shared.api import (
     decode,
     to_dict,
 )
-from shared.api.constants import ANNOTATION_RUNNER_GROUP_NAME, ANNOTATION_RUNNER_SCALE_SET_ID, ANNOTATION_RUNNER_SCALE_SET_NAME
-from services.scale_set import decide
-from services.scale_set.build import BuildOptions, desired_ephemeral_runner_set, desired_listener
-
+from shared.api.constants import (
+    ANNOTATION_RUNNER_GROUP_NAME,
+    ANNOTATION_RUNNER_SCALE_SET_ID,
+    ANNOTATION_RUNNER_SCALE_SET_NAME,
+)
 from tests.unit.test_scale_set_build import OPTIONS, load_ars
 
-REGISTERED = {ANNOTATION_RUNNER_SCALE_SET_ID: "17", ANNOTATION_RUNNER_GROUP_NAME: "build-farm", ANNOTATION_RUNNER_SCALE_SET_NAME: "arc-runner-set"}
+REGISTERED = {
+    ANNOTATION_RUNNER_SCALE_SET_ID: "17",
+    ANNOTATION_RUNNER_GROUP_NAME: "build-farm",
+    ANNOTATION_RUNNER_SCALE_SET_NAME: "arc-runner-set",
+}
 
 
 def stored(obj, **status) -> EphemeralRunnerSet:
@@ -62,7 +69,9 @@ def test_unchanged_spec_plans_nothing() -> None:
     "respell",
     [
         pytest.param(lambda t: runner(t).__setitem__("env", []), id="env: [] (dropped by omitempty elsewhere)"),
-        pytest.param(lambda t: runner(t).__setitem__("volumeMounts", runner(t).get("volumeMounts") or []), id="same mounts"),
+        pytest.param(
+            lambda t: runner(t).__setitem__("volumeMounts", runner(t).get("volumeMounts") or []), id="same mounts"
+        ),
         pytest.param(lambda t: t["spec"]["template"]["spec"].__setitem__("nodeSelector", {}), id="nodeSelector: {}"),
         pytest.param(lambda t: runner(t).__setitem__("resources", {"limits": {}}), id="empty limits"),
     ],
@@ -71,7 +80,9 @@ def test_semantic_no_op_reencodings_do_not_bump(respell) -> None:
     """A strict comparison would bump the revision on every reconcile and delete every idle runner."""
     minimal = "ars-minimal.yaml"  # a runner container without env, mounts or resources
     existing = stored(desired_ephemeral_runner_set(ars_with(base=minimal), OPTIONS), phase="Running", currentReplicas=0)
-    plan = decide.plan_ers_update(existing, desired_ephemeral_runner_set(ars_with(respell, base=minimal), OPTIONS, actionable_revision=1))
+    plan = decide.plan_ers_update(
+        existing, desired_ephemeral_runner_set(ars_with(respell, base=minimal), OPTIONS, actionable_revision=1)
+    )
     assert plan.new_revision is None
     assert plan.patch is None
 
@@ -93,7 +104,9 @@ def test_image_change_bumps_revision_by_exactly_one() -> None:
     plan = decide.plan_ers_update(existing, desired_ephemeral_runner_set(changed, OPTIONS, actionable_revision=4))
     assert plan.new_revision == 5
     assert plan.patch["spec"]["actionableRevision"] == 5
-    assert "replicas" not in plan.patch["spec"] and "patchID" not in plan.patch["spec"]  # the desired-state flow's fields
+    assert (
+        "replicas" not in plan.patch["spec"] and "patchID" not in plan.patch["spec"]
+    )  # the desired-state flow's fields
     containers = plan.patch["spec"]["ephemeralRunnerSpec"]["spec"]["containers"]
     assert any(c["image"] == "ghcr.io/actions/actions-runner:2.330.0" for c in containers)
     assert "containers" in plan.spec_drift_path
@@ -115,7 +128,9 @@ def test_removed_template_field_is_removed_from_the_ers() -> None:
 def test_re_registration_reaches_the_ers() -> None:
     """Seed 000: a new scale set id arrives through an annotation, not a generation bump."""
     existing = stored(desired_ephemeral_runner_set(ars_with(), OPTIONS))
-    plan = decide.plan_ers_update(existing, desired_ephemeral_runner_set(ars_with(**{ANNOTATION_RUNNER_SCALE_SET_ID: "99"}), OPTIONS))
+    plan = decide.plan_ers_update(
+        existing, desired_ephemeral_runner_set(ars_with(**{ANNOTATION_RUNNER_SCALE_SET_ID: "99"}), OPTIONS)
+    )
     assert plan.patch["spec"]["ephemeralRunnerSpec"]["runnerScaleSetId"] == 99
     assert plan.new_revision == 2
 
@@ -209,13 +224,17 @@ def test_listener_built_from_same_inputs_is_never_patched() -> None:
 
 def test_listener_max_runners_change_is_patched_in_place() -> None:
     existing = stored(desired_listener(ars_with(), OPTIONS))
-    patch = decide.plan_listener_update(existing, desired_listener(ars_with(lambda t: t["spec"].__setitem__("maxRunners", 20)), OPTIONS))
+    patch = decide.plan_listener_update(
+        existing, desired_listener(ars_with(lambda t: t["spec"].__setitem__("maxRunners", 20)), OPTIONS)
+    )
     assert patch == {"spec": {"maxRunners": 20}}
 
 
 def test_listener_image_flag_change_is_patched() -> None:
     existing = stored(desired_listener(ars_with(), OPTIONS))
-    new_opts = BuildOptions(controller_namespace="arc-systems", listener_image="img:2", image_pull_secrets=("ghcr-pull",))
+    new_opts = BuildOptions(
+        controller_namespace="arc-systems", listener_image="img:2", image_pull_secrets=("ghcr-pull",)
+    )
     assert decide.plan_listener_update(existing, desired_listener(ars_with(), new_opts)) == {"spec": {"image": "img:2"}}
 
 
@@ -224,7 +243,9 @@ def test_orphan_listeners() -> None:
     current = stored(desired_listener(ars, OPTIONS))
     old = stored(desired_listener(ars_with(lambda t: t["spec"].__setitem__("runnerGroup", "other")), OPTIONS))
     assert old.metadata.name != current.metadata.name
-    assert [a.metadata.name for a in decide.orphan_listeners([current, old], ars, current.metadata.name)] == [old.metadata.name]
+    assert [a.metadata.name for a in decide.orphan_listeners([current, old], ars, current.metadata.name)] == [
+        old.metadata.name
+    ]
     assert len(decide.orphan_listeners([current, old], ars, None)) == 2
 
 
@@ -250,7 +271,9 @@ def test_runner_group_drift() -> None:
 def test_scale_set_name_drift() -> None:
     assert not decide.scale_set_name_drifted(ars_with())
     assert decide.scale_set_name_drifted(ars_with(lambda t: t["spec"].__setitem__("runnerScaleSetName", "renamed")))
-    assert not decide.scale_set_name_drifted(ars_with(lambda t: t["spec"].pop("runnerScaleSetName")))  # defaults to the ARS name
+    assert not decide.scale_set_name_drifted(
+        ars_with(lambda t: t["spec"].pop("runnerScaleSetName"))
+    )  # defaults to the ARS name
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -258,7 +281,11 @@ def test_scale_set_name_drift() -> None:
 
 def test_spec_problems() -> None:
     assert decide.spec_problems(ars_with()) == []
-    bad = ars_with(lambda t: t["spec"].update(githubConfigUrl="https://github.com/a/b/c/d", githubConfigSecret="", minRunners=5, maxRunners=1))
+    bad = ars_with(
+        lambda t: t["spec"].update(
+            githubConfigUrl="https://github.com/a/b/c/d", githubConfigSecret="", minRunners=5, maxRunners=1
+        )
+    )
     paths = {p.path for p in decide.spec_problems(bad)}
     assert {"$.spec.githubConfigUrl", "$.spec.githubConfigSecret", "$.spec.minRunners"} <= paths
     assert "githubConfigSecret" in decide.problems_message(decide.spec_problems(bad))
@@ -275,10 +302,21 @@ def test_status_is_pending_until_the_generation_is_acted_upon() -> None:
     pending = decide.pending_status(ars)
     assert pending.phase == "Pending" and pending.observed_generation == 2
     ers = ers_state("Running", 1, 1)
-    ers.status = EphemeralRunnerSetStatus(current_replicas=6, pending_ephemeral_runners=3, running_ephemeral_runners=2, failed_ephemeral_runners=1, phase=EphemeralRunnerSetPhase.RUNNING)
+    ers.status = EphemeralRunnerSetStatus(
+        current_replicas=6,
+        pending_ephemeral_runners=3,
+        running_ephemeral_runners=2,
+        failed_ephemeral_runners=1,
+        phase=EphemeralRunnerSetPhase.RUNNING,
+    )
     done = decide.next_status(ars, ers, acted=True)
     assert (done.phase, done.observed_generation) == ("Running", 3)
-    assert (done.current_runners, done.pending_ephemeral_runners, done.running_ephemeral_runners, done.failed_ephemeral_runners) == (6, 3, 2, 1)
+    assert (
+        done.current_runners,
+        done.pending_ephemeral_runners,
+        done.running_ephemeral_runners,
+        done.failed_ephemeral_runners,
+    ) == (6, 3, 2, 1)
     assert decide.next_status(ars, ers, acted=False).phase == "Pending"
     assert decide.next_status(ars, ers, acted=True, outdated=True).phase == "Outdated"
 
@@ -293,7 +331,9 @@ def test_status_patch_only_when_different() -> None:
     assert decide.status_patch(ars, decide.next_status(ars, None, acted=True)) is None
     # a changed count with an unchanged total is still propagated (ARC only compared currentRunners)
     ers = ers_state("Running", 1, 1)
-    ers.status = EphemeralRunnerSetStatus(current_replicas=0, failed_ephemeral_runners=0, pending_ephemeral_runners=0, running_ephemeral_runners=0)
+    ers.status = EphemeralRunnerSetStatus(
+        current_replicas=0, failed_ephemeral_runners=0, pending_ephemeral_runners=0, running_ephemeral_runners=0
+    )
     assert decide.status_patch(ars, decide.next_status(ars, ers, acted=True)) is None
     ers.status.pending_ephemeral_runners = 1
     assert decide.status_patch(ars, decide.next_status(ars, ers, acted=True)) is not None

@@ -146,7 +146,9 @@ def test_guard_server_defaulted_live_pod_is_unequal_under_strict_comparisons(des
         "serviceAccount",
     ],
 )
-def test_each_pod_level_server_default_alone_is_not_drift_but_is_inequality(desired_pod: dict, live_pod: dict, default: str) -> None:
+def test_each_pod_level_server_default_alone_is_not_drift_but_is_inequality(
+    desired_pod: dict, live_pod: dict, default: str
+) -> None:
     live = copy.deepcopy(desired_pod)
     live["spec"][default] = live_pod["spec"][default]
     assert semantic_derivative(desired_pod, live)
@@ -351,7 +353,10 @@ def test_list_elements_compare_pairwise_in_order() -> None:
 
 
 def test_empty_desired_fields_are_ignored_even_when_live_has_values() -> None:
-    assert semantic_derivative({"nodeSelector": {}, "env": [], "image": "", "x": None}, {"nodeSelector": {"a": "b"}, "env": [1], "image": "i", "x": 1})
+    assert semantic_derivative(
+        {"nodeSelector": {}, "env": [], "image": "", "x": None},
+        {"nodeSelector": {"a": "b"}, "env": [1], "image": "i", "x": 1},
+    )
     assert semantic_derivative([], [1, 2])
     assert semantic_derivative({}, {"anything": True})
 
@@ -388,7 +393,16 @@ def test_port_count_check_ignores_server_defaulted_protocol(desired_pod: dict, l
 def test_prepopulating_defaults_would_not_make_equality_work(desired_pod: dict, live_pod: dict) -> None:
     # Seed 004: nodeName is scheduler-assigned and the access-token volume has a generated name.
     padded = copy.deepcopy(desired_pod)
-    for key in ("dnsPolicy", "schedulerName", "securityContext", "enableServiceLinks", "tolerations", "preemptionPolicy", "priority", "serviceAccount"):
+    for key in (
+        "dnsPolicy",
+        "schedulerName",
+        "securityContext",
+        "enableServiceLinks",
+        "tolerations",
+        "preemptionPolicy",
+        "priority",
+        "serviceAccount",
+    ):
         padded["spec"][key] = live_pod["spec"][key]
     assert not semantic_equal(padded["spec"], live_pod["spec"])
     assert first_difference(padded["spec"], live_pod["spec"]) is not None
@@ -408,7 +422,10 @@ def test_foreign_metadata_keys_do_not_cause_a_patch_loop() -> None:
     # Seed 000: labels and annotations are merged, so admission's keys stay on the object; drift is
     # judged against the merge result, where desired keys are a subset.
     desired = {"labels": {"app": "x"}, "annotations": {"a": "1"}}
-    merged_live = {"labels": {"app": "x", "admission.example.com/injected": "true"}, "annotations": {"a": "1", "b": "2"}}
+    merged_live = {
+        "labels": {"app": "x", "admission.example.com/injected": "true"},
+        "annotations": {"a": "1", "b": "2"},
+    }
     assert semantic_derivative(desired, merged_live)
     assert not semantic_derivative({"labels": {"app": "y"}}, merged_live)
 

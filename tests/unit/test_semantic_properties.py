@@ -14,7 +14,25 @@ from typing import Any
 from shared.semantic import normalise, semantic_derivative, semantic_equal
 
 KEYS = ["resources", "limits", "requests", "overhead", "sizeLimit", "cpu", "memory", "image", "env", "value", "x", "y"]
-SCALARS: list[Any] = ["1Gi", "1024Mi", "500m", "0.5", "1", "1.0", 1, 1.0, 2, 0, True, False, "", None, "a", "1000m", 0.5]
+SCALARS: list[Any] = [
+    "1Gi",
+    "1024Mi",
+    "500m",
+    "0.5",
+    "1",
+    "1.0",
+    1,
+    1.0,
+    2,
+    0,
+    True,
+    False,
+    "",
+    None,
+    "a",
+    "1000m",
+    0.5,
+]
 EMPTIES: list[Any] = [None, [], {}, "", {"x": None}, {"y": [], "x": {}}]  # the last two are deep-empty maps
 # Semantically interchangeable spellings, used to rewrite values without changing their meaning
 # in quantity fields (and to change meaning everywhere else).

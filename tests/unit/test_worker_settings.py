@@ -9,7 +9,14 @@ import pytest
 from shared.api import ProxyConfig, ProxyServerConfig
 from shared.bus import DesiredState, JobStarted, ResourceChanged, ResourceRef, RevisionPublished
 from shared.kube import ObjectKey
-from shared.worker import SettingsError, add_worker_arguments, default_key_of, load_worker_settings, parse_listen_addr, proxy_url_for
+from shared.worker import (
+    SettingsError,
+    add_worker_arguments,
+    default_key_of,
+    load_worker_settings,
+    parse_listen_addr,
+    proxy_url_for,
+)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -24,7 +31,20 @@ def test_defaults_env_and_flags():
     assert s.namespaces == ("a", "b")
     assert s.metrics_addr == ":8080" and s.health_addr == ":8081"
     s = load_worker_settings(
-        parse(["--watch-namespace", "x", "--watch-namespace", "y,x", "--replica-id", "r1", "--workers", "4", "--nats-url", "nats://n:4222"]),
+        parse(
+            [
+                "--watch-namespace",
+                "x",
+                "--watch-namespace",
+                "y,x",
+                "--replica-id",
+                "r1",
+                "--workers",
+                "4",
+                "--nats-url",
+                "nats://n:4222",
+            ]
+        ),
         environ={"POD_NAME": "pod-7", "RUNNERSCALE_WATCH_NAMESPACES": "a"},
     )
     assert s.namespaces == ("x", "y") and s.replica_id == "r1" and s.workers == 4
@@ -73,7 +93,11 @@ def test_proxy_url_selection():
 
 def test_default_key_of():
     ref = ResourceRef("ns", "set")
-    assert default_key_of(DesiredState(scale_set_id=1, ers=ref, patch_id=0, replicas=1, listener_epoch=1)) == ObjectKey("ns", "set")
+    assert default_key_of(DesiredState(scale_set_id=1, ers=ref, patch_id=0, replicas=1, listener_epoch=1)) == ObjectKey(
+        "ns", "set"
+    )
     assert default_key_of(RevisionPublished(ers=ref, revision=2)) == ObjectKey("ns", "set")
     assert default_key_of(ResourceChanged(resource_kind="AutoscalingListener", ref=ref)) == ObjectKey("ns", "set")
-    assert default_key_of(JobStarted(scale_set_id=1, scale_set=ref, runner_name="r", runner_id=1)) == ObjectKey("ns", "set")
+    assert default_key_of(JobStarted(scale_set_id=1, scale_set=ref, runner_name="r", runner_id=1)) == ObjectKey(
+        "ns", "set"
+    )

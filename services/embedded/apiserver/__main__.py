@@ -1,0 +1,57 @@
+"""``runnerscale apiserver``: serve the Kubernetes API emulator on loopback until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from shared.log import get_logger
+
+log = get_logger("services.embedded.apiserver")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="runnerscale apiserver", description="Kubernetes API emulator (in memory, loopback only)"
+    )
+    p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = a free port)")
+    p.add_argument("--kubeconfig-out", required=True, help="write a kubeconfig for kubectl / kubernetes-asyncio here")
+    p.add_argument(
+        "--crds", action="append", default=[], help="install the CRDs in this YAML file or directory (repeatable)"
+    )
+    p.add_argument("--namespace", default="default", help="namespace of the kubeconfig's context")
+    return p
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from .server import Emulator
+
+    emu = Emulator(port=args.port)
+    for path in args.crds:
+        emu.load_crds(path)
+    url = await emu.start()
+    emu.write_kubeconfig(args.kubeconfig_out, args.namespace)
+    print(url, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("apiserver emulator stopping")
+    await emu.stop()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return asyncio.run(_serve(args))
+    except OSError as exc:
+        print(f"runnerscale apiserver: cannot serve: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,79 @@
+"""Unknown-field pruning for built-in kinds, driven by kubernetes-asyncio's generated models.
+
+A real server decodes built-in objects into Go structs, so fields it does not know vanish (with a
+``Warning`` header, or a 400 under ``fieldValidation=Strict``). The generated client models carry
+the same field tables (``attribute_map`` JSON names, ``openapi_types`` nested types), which makes
+them a complete schema of every built-in kind. Pure functions; models are only inspected.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+from kubernetes_asyncio.client import models
+
+MODEL_FOR_KIND: dict[tuple[str, str], str] = {
+    ("", "Pod"): "V1Pod",
+    ("", "ConfigMap"): "V1ConfigMap",
+    ("", "Secret"): "V1Secret",
+    ("", "ServiceAccount"): "V1ServiceAccount",
+    ("", "Namespace"): "V1Namespace",
+    ("", "Event"): "CoreV1Event",
+    ("events.k8s.io", "Event"): "EventsV1Event",
+    ("rbac.authorization.k8s.io", "Role"): "V1Role",
+    ("rbac.authorization.k8s.io", "RoleBinding"): "V1RoleBinding",
+    ("coordination.k8s.io", "Lease"): "V1Lease",
+    # CustomResourceDefinition is not pruned: JSONSchemaProps holds free-form parts (default, enum).
+}
+
+_LIST = re.compile(r"^list\[(.+)\]$")
+_DICT = re.compile(r"^dict\(str, (.+)\)$")
+
+
+@cache
+def _fields(model_name: str) -> dict[str, str] | None:
+    """JSON field name → type string of one model, or None if the type is not a model."""
+    cls = getattr(models, model_name, None)
+    if cls is None or not hasattr(cls, "attribute_map"):
+        return None
+    return {json_name: cls.openapi_types[attr] for attr, json_name in cls.attribute_map.items()}
+
+
+def _prune(value: Any, type_name: str, path: str, pruned: list[str]) -> Any:
+    m = _LIST.match(type_name)
+    if m:
+        if isinstance(value, list):
+            return [_prune(v, m.group(1), f"{path}[{i}]", pruned) for i, v in enumerate(value)]
+        return value
+    m = _DICT.match(type_name)
+    if m:
+        if isinstance(value, dict):
+            return {k: _prune(v, m.group(1), f"{path}[{k}]", pruned) for k, v in value.items()}
+        return value
+    fields = _fields(type_name)
+    if fields is None or not isinstance(value, dict):
+        return value  # scalars, `object`, quantities, int-or-string, times
+    out = {}
+    for k, v in value.items():
+        sub = f"{path}.{k}" if path else k
+        if k in fields:
+            out[k] = _prune(v, fields[k], sub, pruned)
+        else:
+            pruned.append(sub)
+    return out
+
+
+def prune_builtin(group: str, kind: str, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``(object without unknown fields, pruned field paths)`` for a built-in kind."""
+    model = MODEL_FOR_KIND.get((group, kind))
+    if model is None:
+        return obj, []
+    pruned: list[str] = []
+    return _prune(obj, model, "", pruned), pruned
+
+
+def prune_object_meta(meta: dict[str, Any], pruned: list[str]) -> dict[str, Any]:
+    """Drop unknown ``metadata`` fields (custom resources decode metadata as ObjectMeta too)."""
+    return _prune(meta, "V1ObjectMeta", "metadata", pruned)

@@ -1,0 +1,312 @@
+"""HTTP → API operations: path parsing, query parsing, content negotiation, response shapes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import yaml
+from aiohttp import web
+
+from . import discovery, errors, protobuf
+from .api import parse_delete_options
+from .errors import ApiError
+from .selectors import parse_field_selector, parse_go_bool, parse_label_selector
+from .store import WatchFilter
+from .watch import WatchRequest, serve_watch
+
+if TYPE_CHECKING:
+    from .server import Emulator
+
+_enc = msgspec.json.Encoder()
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+# Protobuf bodies are decoded for the kinds kubectl's `create <kind>` generators send; no CBOR.
+BODY_TYPES = ["application/json", "application/yaml", PROTOBUF]
+
+
+@dataclass
+class RequestInfo:
+    """What a request addresses, for routing, fault matching and the request counter."""
+
+    verb: str
+    group: str = ""
+    version: str = ""
+    namespace: str = ""
+    plural: str = ""
+    name: str = ""
+    subresource: str = ""
+    is_resource: bool = False
+
+
+def parse_request_info(method: str, path: str, query: Any, emu: Emulator) -> RequestInfo:
+    parts = [p for p in path.split("/") if p]
+    verb_by_method = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+    verb = verb_by_method.get(method, method.lower())
+    if not parts or parts[0] not in ("api", "apis"):
+        return RequestInfo(verb=verb)
+    if parts[0] == "api":
+        if len(parts) < 3:
+            return RequestInfo(verb=verb)
+        group, version, rest = "", parts[1], parts[2:]
+    else:
+        if len(parts) < 4:
+            return RequestInfo(verb=verb, group=parts[1] if len(parts) > 1 else "")
+        group, version, rest = parts[1], parts[2], parts[3:]
+    info = RequestInfo(verb=verb, group=group, version=version, is_resource=True)
+    if (
+        rest[0] == "namespaces"
+        and len(rest) >= 3
+        and emu.registry.lookup(group, version, rest[2]) is not None
+        and not (len(rest) == 3 and rest[2] in ("status", "finalize"))
+    ):
+        info.namespace = rest[1]
+        rest = rest[2:]
+    info.plural = rest[0]
+    if len(rest) > 1:
+        info.name = rest[1]
+    if len(rest) > 2:
+        info.subresource = rest[2]
+    if len(rest) > 3:
+        info.subresource = "/".join(rest[2:])
+    if not info.name:
+        if method == "GET":
+            info.verb = "watch" if _bool(query.get("watch"), "watch") else "list"
+        elif method == "DELETE":
+            info.verb = "deletecollection"
+    return info
+
+
+def _bool(value: str | None, name: str) -> bool:
+    return parse_go_bool(value, name)
+
+
+def json_response(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+    headers = {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+    resp = web.Response(body=_enc.encode(body), status=status, headers=headers)
+    for w in warnings or []:
+        resp.headers.add("Warning", '299 - "' + w.replace('"', '\\"') + '"')
+    return resp
+
+
+def error_response(err: ApiError) -> web.Response:
+    resp = json_response(err.status_body(), err.code)
+    if err.retry_after_seconds:
+        resp.headers["Retry-After"] = str(err.retry_after_seconds)
+    return resp
+
+
+def _decode_body(raw: bytes, content_type: str) -> Any:
+    ctype = content_type.split(";", maxsplit=1)[0].strip().lower()
+    if ctype in ("application/json", ""):
+        if ctype == "" and raw:
+            raise errors.unsupported_media_type(BODY_TYPES)
+        try:
+            return msgspec.json.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise errors.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
+    if ctype == PROTOBUF:
+        try:
+            return protobuf.decode_object(raw)
+        except protobuf.ProtobufError as exc:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: {', '.join(BODY_TYPES)} ({exc})",
+            ) from None
+    if ctype == "application/yaml":
+        try:
+            return yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise errors.bad_request(f"couldn't get version/kind; yaml parse error: {exc}") from None
+    raise errors.unsupported_media_type(BODY_TYPES)
+
+
+def _strip_type_meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+
+
+def _field_validation(query: Any) -> str:
+    fv = query.get("fieldValidation") or "Warn"
+    if fv not in ("Ignore", "Warn", "Strict"):
+        raise errors.bad_request(f"fieldValidation must be one of Ignore, Warn, Strict, got {fv!r}")
+    return fv
+
+
+def _dry_run(query: Any) -> bool:
+    values = query.getall("dryRun", [])
+    for v in values:
+        if v != "All":
+            raise errors.bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
+    return bool(values)
+
+
+def _accept_ok(accept: str) -> bool:
+    if not accept:
+        return True
+    return any(t in accept for t in ("json", "*/*", "application/*"))
+
+
+async def handle_resource(
+    request: web.Request, info: RequestInfo, emu: Emulator, drop_after: int | None
+) -> web.StreamResponse:
+    rt = emu.registry.lookup(info.group, info.version, info.plural)
+    if rt is None:
+        raise errors.resource_not_found()
+    if info.subresource == "binding" and rt.kind == "Pod" and not rt.group and info.name:
+        if request.method != "POST":
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        body = _decode_body(await request.read(), request.headers.get("Content-Type", ""))
+        with emu.api.dry_run(_dry_run(request.query)):
+            return json_response(emu.api.bind_pod(rt, info.namespace, info.name, body), 201)
+    if info.subresource and not (info.subresource == "status" and rt.status_subresource):
+        raise errors.resource_not_found()
+    if info.namespace and not rt.namespaced:
+        raise errors.resource_not_found()
+    accept = request.headers.get("Accept", "")
+    if not _accept_ok(accept):
+        raise ApiError(
+            406, "NotAcceptable", "the server was unable to respond with a content type that the client supports"
+        )
+    query = request.query
+    api = emu.api
+    method = request.method
+    table = discovery.wants_table(accept)
+    include_object = query.get("includeObject") or "Metadata"
+    if not info.name:
+        # Collection.
+        ns_scope: str | None = info.namespace if rt.namespaced and info.namespace else None
+        if rt.namespaced and not info.namespace and method in ("POST",):
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        if method == "GET":
+            if info.verb == "watch":
+                flt = WatchFilter(
+                    rt.key,
+                    ns_scope,
+                    parse_label_selector(query.get("labelSelector")),
+                    parse_field_selector(query.get("fieldSelector"), rt.selectable_fields, rt.is_custom),
+                )
+                ts = query.get("timeoutSeconds")
+                try:
+                    timeout = float(ts) if ts else None
+                except ValueError:
+                    raise errors.bad_request(f"invalid timeoutSeconds: {ts!r}") from None
+                wr = WatchRequest(
+                    rt,
+                    ns_scope,
+                    flt,
+                    query.get("resourceVersion", ""),
+                    timeout,
+                    _bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks"),
+                    table,
+                    include_object,
+                )
+                return await serve_watch(request, emu, wr, drop_after)
+            limit_text = query.get("limit") or "0"
+            try:
+                limit = max(int(limit_text), 0)
+            except ValueError:
+                raise errors.bad_request(f"invalid limit: {limit_text!r}") from None
+            res = api.list(
+                rt, ns_scope, query.get("labelSelector"), query.get("fieldSelector"), limit, query.get("continue")
+            )
+            list_meta: dict[str, Any] = {"resourceVersion": str(res.resource_version)}
+            if res.continue_token:
+                list_meta["continue"] = res.continue_token
+            if res.remaining is not None:
+                list_meta["remainingItemCount"] = res.remaining
+            if table:
+                return json_response(discovery.to_table(rt, res.items, list_meta, include_object))
+            items = res.items if rt.is_custom else [_strip_type_meta(o) for o in res.items]
+            return json_response(
+                {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": list_meta, "items": items}
+            )
+        if method == "POST":
+            body = _decode_body(await request.read(), request.headers.get("Content-Type", ""))
+            with api.dry_run(_dry_run(query)):
+                res = api.create(rt, info.namespace, body, _field_validation(query))
+            return json_response(res.obj, res.code, res.warnings)
+        if method == "DELETE":
+            opts = parse_delete_options(await request.read(), dict(query))
+            with api.dry_run(opts.dry_run or _dry_run(query)):
+                return json_response(
+                    api.delete_collection(rt, ns_scope, query.get("labelSelector"), query.get("fieldSelector"), opts)
+                )
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+    # Single object.
+    ns = info.namespace if rt.namespaced else ""
+    if rt.namespaced and not info.namespace:
+        raise errors.resource_not_found()
+    if method == "GET":
+        obj = api.get(rt, ns, info.name)
+        if table:
+            return json_response(
+                discovery.to_table(
+                    rt, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")}, include_object
+                )
+            )
+        return json_response(obj)
+    if method == "PUT":
+        body = _decode_body(await request.read(), request.headers.get("Content-Type", ""))
+        with api.dry_run(_dry_run(query)):
+            res = api.update(rt, ns, info.name, body, info.subresource, _field_validation(query))
+        return json_response(res.obj, res.code, res.warnings)
+    if method == "PATCH":
+        raw = await request.read()
+        with api.dry_run(_dry_run(query)):
+            res = api.patch(
+                rt,
+                ns,
+                info.name,
+                request.headers.get("Content-Type", ""),
+                raw,
+                info.subresource,
+                _field_validation(query),
+            )
+        return json_response(res.obj, res.code, res.warnings)
+    if method == "DELETE":
+        if info.subresource:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        opts = parse_delete_options(await request.read(), dict(query))
+        with api.dry_run(opts.dry_run or _dry_run(query)):
+            res = api.delete(rt, ns, info.name, opts)
+        return json_response(res.obj, res.code)
+    raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+
+def handle_discovery(path: str, emu: Emulator, host: str) -> web.Response:
+    parts = [p for p in path.split("/") if p]
+    reg = emu.registry
+    if parts == ["api"]:
+        return json_response(discovery.api_versions(host))
+    if parts == ["api", "v1"]:
+        doc = discovery.api_resource_list(reg, "", "v1")
+        return json_response(doc)
+    if parts == ["apis"]:
+        return json_response(discovery.api_group_list(reg))
+    if len(parts) == 2 and parts[0] == "apis":
+        doc = discovery.api_group(reg, parts[1])
+        if doc:
+            return json_response(doc)
+    if len(parts) == 3 and parts[0] == "apis":
+        doc = discovery.api_resource_list(reg, parts[1], parts[2])
+        if doc:
+            return json_response(doc)
+    raise errors.resource_not_found()
+
+
+def handle_openapi(path: str, emu: Emulator) -> web.Response:
+    parts = [p for p in path.split("/") if p]
+    if parts == ["openapi", "v3"]:
+        return json_response(discovery.openapi_index(emu.registry))
+    if len(parts) >= 4 and parts[:2] == ["openapi", "v3"]:
+        if parts[2] == "api" and len(parts) == 4:
+            group, version = "", parts[3]
+        elif parts[2] == "apis" and len(parts) == 5:
+            group, version = parts[3], parts[4]
+        else:
+            raise errors.resource_not_found()
+        if not emu.registry.in_group_version(group, version):
+            raise errors.resource_not_found()
+        return json_response(discovery.openapi_group_version(emu.registry, group, version))
+    raise errors.resource_not_found()

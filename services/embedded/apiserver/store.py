@@ -1,0 +1,215 @@
+"""In-memory object store with one global resourceVersion, an event log and watch fan-out.
+
+Every mutation is synchronous (no awaits), so within the single event loop each write is atomic.
+Stored objects are never mutated after they are stored: writers build a new dict and commit it,
+which lets readers and watchers share references safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from .selectors import FieldRequirement, Requirement, fields_match, labels_match
+
+Obj = dict[str, Any]
+ObjKey = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped
+
+_enc = msgspec.json.Encoder()
+_dec = msgspec.json.Decoder()
+
+
+def clone(obj: Any) -> Any:
+    """A deep copy of JSON data (a msgspec round trip is several times faster than deepcopy)."""
+    return _dec.decode(_enc.encode(obj))
+
+
+@dataclass
+class Event:
+    rv: int
+    type: str  # ADDED, MODIFIED, DELETED
+    resource: str  # ResourceType.key
+    namespace: str
+    name: str
+    obj: Obj  # state after the write; for DELETED the last state stamped with the deletion RV
+    prev: Obj | None  # stored state before the write
+    at: float = 0.0  # monotonic commit time, for the watch lag knob
+
+
+@dataclass
+class WatchFilter:
+    resource: str
+    namespace: str | None
+    labels: list[Requirement] = field(default_factory=list)
+    fields: list[FieldRequirement] = field(default_factory=list)
+
+    def matches(self, obj: Obj | None) -> bool:
+        if obj is None:
+            return False
+        if self.namespace is not None and (obj.get("metadata") or {}).get("namespace", "") != self.namespace:
+            return False
+        return labels_match(self.labels, obj) and fields_match(self.fields, obj)
+
+
+class Watcher:
+    """One open watch: a filter and a bounded queue of events already translated for it."""
+
+    def __init__(self, flt: WatchFilter, max_pending: int) -> None:
+        self.filter = flt
+        self.pending: deque[Event] = deque()
+        self.max_pending = max_pending
+        self.wakeup = asyncio.Event()
+        self.closed_reason: str | None = None
+
+    def push(self, ev: Event) -> None:
+        if self.closed_reason:
+            return
+        if len(self.pending) >= self.max_pending:
+            # A real server closes a watch whose buffer is full; the client re-watches.
+            self.closed_reason = "slow consumer"
+            self.pending.clear()
+        else:
+            self.pending.append(ev)
+        self.wakeup.set()
+
+    def close(self, reason: str) -> None:
+        self.closed_reason = reason
+        self.wakeup.set()
+
+    def offer(self, ev: Event) -> None:
+        """Translate a store event into what this watcher sees (selector transitions)."""
+        if ev.resource != self.filter.resource:
+            return
+        now_in = ev.type != "DELETED" and self.filter.matches(ev.obj)
+        was_in = self.filter.matches(ev.prev) if ev.prev is not None else False
+        if ev.type == "DELETED":
+            if was_in:
+                self.push(ev)
+        elif ev.type == "ADDED":
+            if now_in:
+                self.push(ev)
+        elif now_in and was_in:
+            self.push(ev)
+        elif now_in:
+            self.push(Event(ev.rv, "ADDED", ev.resource, ev.namespace, ev.name, ev.obj, ev.prev, ev.at))
+        elif was_in:
+            gone = clone(ev.prev)
+            gone.setdefault("metadata", {})["resourceVersion"] = str(ev.rv)
+            self.push(Event(ev.rv, "DELETED", ev.resource, ev.namespace, ev.name, gone, ev.prev, ev.at))
+
+
+class Store:
+    def __init__(self, history: int = 20000, max_pending_per_watch: int = 100_000) -> None:
+        self.rv = 1  # a fresh etcd starts above zero; "0" means "any" to clients
+        self.objects: dict[str, dict[ObjKey, Obj]] = {}
+        self._sorted_keys: dict[str, list[ObjKey]] = {}  # per resource; dropped on create/delete
+        self.log: deque[Event] = deque(maxlen=history)
+        self.compacted_rv = 0  # events with rv <= this are no longer replayable
+        self.watchers: set[Watcher] = set()
+        self.on_commit: list[Callable[[Event], None]] = []
+        self.max_pending_per_watch = max_pending_per_watch
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def get(self, resource: str, namespace: str, name: str) -> Obj | None:
+        return self.objects.get(resource, {}).get((namespace, name))
+
+    def items(self, resource: str, namespace: str | None = None) -> list[Obj]:
+        """Objects of one resource (optionally one namespace) in key order (namespace, name)."""
+        bucket = self.objects.get(resource, {})
+        keys = self._sorted_keys.get(resource)
+        if keys is None:
+            keys = self._sorted_keys[resource] = sorted(bucket)
+        if namespace is None:
+            return [bucket[k] for k in keys]
+        return [bucket[k] for k in keys if k[0] == namespace]
+
+    def all_objects(self) -> list[tuple[str, Obj]]:
+        return [(res, obj) for res, bucket in self.objects.items() for obj in bucket.values()]
+
+    def snapshot_at(self, resource: str, rv: int) -> dict[ObjKey, Obj]:
+        """The objects of one resource as they were at ``rv`` (undoing later events)."""
+        current = dict(self.objects.get(resource, {}))
+        for ev in reversed(self.log):
+            if ev.rv <= rv:
+                break
+            if ev.resource != resource:
+                continue
+            key = (ev.namespace, ev.name)
+            if ev.type == "ADDED":
+                current.pop(key, None)
+            elif ev.prev is not None:
+                current[key] = ev.prev
+        return current
+
+    def oldest_replayable(self) -> int:
+        """The smallest RV from which a watch or continue token can still resume."""
+        first = self.log[0].rv - 1 if self.log else self.rv
+        return max(first, self.compacted_rv)
+
+    def events_after(self, rv: int) -> list[Event]:
+        return [ev for ev in self.log if ev.rv > rv]
+
+    # --- writes --------------------------------------------------------------------------
+
+    def _commit(self, type_: str, resource: str, namespace: str, name: str, obj: Obj, prev: Obj | None) -> Event:
+        self.rv += 1
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self.rv)
+        ev = Event(self.rv, type_, resource, namespace, name, obj, prev, time.monotonic())
+        if self.log.maxlen is not None and len(self.log) == self.log.maxlen:
+            self.compacted_rv = max(self.compacted_rv, self.log[0].rv)
+        self.log.append(ev)
+        for w in list(self.watchers):
+            w.offer(ev)
+        for hook in self.on_commit:
+            hook(ev)
+        return ev
+
+    def put_new(self, resource: str, obj: Obj) -> Event:
+        meta = obj["metadata"]
+        ns, name = meta.get("namespace", ""), meta["name"]
+        self.objects.setdefault(resource, {})[(ns, name)] = obj
+        self._sorted_keys.pop(resource, None)
+        return self._commit("ADDED", resource, ns, name, obj, None)
+
+    def replace(self, resource: str, obj: Obj) -> Event:
+        meta = obj["metadata"]
+        ns, name = meta.get("namespace", ""), meta["name"]
+        bucket = self.objects.setdefault(resource, {})
+        prev = bucket.get((ns, name))
+        bucket[(ns, name)] = obj
+        return self._commit("MODIFIED", resource, ns, name, obj, prev)
+
+    def remove(self, resource: str, namespace: str, name: str) -> Event:
+        bucket = self.objects.get(resource, {})
+        prev = bucket.pop((namespace, name))
+        self._sorted_keys.pop(resource, None)
+        last = clone(prev)
+        return self._commit("DELETED", resource, namespace, name, last, prev)
+
+    def drop_resource(self, resource: str) -> list[Obj]:
+        """Forget every object of a resource (its CRD was deleted), emitting DELETED events."""
+        gone = []
+        for ns, name in sorted(self.objects.get(resource, {})):
+            gone.append(self.remove(resource, ns, name).obj)
+        self.objects.pop(resource, None)
+        self._sorted_keys.pop(resource, None)
+        return gone
+
+    def compact(self, rv: int | None = None) -> int:
+        """Forget history up to ``rv`` (default: everything): older watches/continues get 410."""
+        upto = self.rv if rv is None else min(rv, self.rv)
+        while self.log and self.log[0].rv <= upto:
+            self.log.popleft()
+        self.compacted_rv = max(self.compacted_rv, upto)
+        return self.compacted_rv
+
+    def count(self) -> int:
+        return sum(len(b) for b in self.objects.values())

@@ -1,0 +1,188 @@
+"""Watch streams: one JSON event per line over a chunked 200 response.
+
+Start points follow the server: no RV (or "0") → synthetic ADDED for current objects, then live
+events; RV N → every later event in RV order; N older than the history → one ERROR 410 event;
+N in the future → wait briefly, then ERROR 504 "Too large resource version".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from aiohttp import web
+
+from . import discovery
+from .errors import ApiError
+from .resources import ResourceType
+from .store import Event, Obj, Watcher, WatchFilter
+
+if TYPE_CHECKING:
+    from .server import Emulator
+
+_enc = msgspec.json.Encoder()
+
+
+@dataclass
+class WatchRequest:
+    rt: ResourceType
+    namespace: str | None
+    flt: WatchFilter
+    resource_version: str
+    timeout_seconds: float | None
+    bookmarks: bool
+    table: bool
+    include_object: str
+
+
+def _status_event(err: ApiError) -> bytes:
+    return _enc.encode({"type": "ERROR", "object": err.status_body()}) + b"\n"
+
+
+async def serve_watch(
+    request: web.Request, emu: Emulator, wr: WatchRequest, drop_after: int | None
+) -> web.StreamResponse:
+    store = emu.store
+    rt = wr.rt
+    resp = web.StreamResponse(
+        status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+    )
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)  # headers go out before the first event, as the real server does
+
+    watcher = Watcher(wr.flt, store.max_pending_per_watch)
+    rv_text = wr.resource_version
+    if rv_text in ("", "0"):
+        for obj in store.items(rt.key, wr.flt.namespace):
+            if wr.flt.matches(obj):
+                m = obj["metadata"]
+                watcher.pending.append(
+                    Event(
+                        int(m.get("resourceVersion") or 0),
+                        "ADDED",
+                        rt.key,
+                        m.get("namespace", ""),
+                        m["name"],
+                        obj,
+                        None,
+                        0.0,
+                    )
+                )
+    else:
+        try:
+            start = int(rv_text)
+        except ValueError:
+            await resp.write(_status_event(ApiError(400, "BadRequest", f"invalid resource version: {rv_text}")))
+            return resp
+        if start < store.oldest_replayable():
+            await resp.write(
+                _status_event(
+                    ApiError(410, "Expired", f"too old resource version: {start} ({store.oldest_replayable() + 1})")
+                )
+            )
+            return resp
+        if start > store.rv:
+            deadline = time.monotonic() + 3.0
+            while store.rv < start and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)  # the real cacher waits up to 3 s for the store to catch up
+            if store.rv < start:
+                err = ApiError(
+                    504, "Timeout", f"Too large resource version: {start}, current: {store.rv}", retry_after_seconds=1
+                )
+                await resp.write(_status_event(err))
+                return resp
+        for ev in store.events_after(start):
+            watcher.offer(ev)
+    store.watchers.add(watcher)
+    emu.open_watches.add(watcher)
+    if watcher.pending:
+        watcher.wakeup.set()
+
+    timeout = wr.timeout_seconds if wr.timeout_seconds is not None else random.uniform(1800, 3600)
+    deadline = time.monotonic() + timeout
+    bookmark_sent_before_deadline = False
+    last_bookmark = time.monotonic()
+    sent = 0
+    try:
+        while True:
+            if drop_after is not None and sent >= drop_after:
+                _abort(request)  # an injected drop: the connection dies mid-stream
+                break
+            if watcher.closed_reason:
+                if watcher.closed_reason in ("cut", "slow consumer"):
+                    _abort(request)
+                break
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if not watcher.pending:
+                wait = deadline - now
+                if wr.bookmarks:
+                    # A bookmark shortly before the deadline, and one every interval if configured.
+                    if not bookmark_sent_before_deadline:
+                        if wait <= 1.0:
+                            await _write_bookmark(resp, rt, store.rv)
+                            bookmark_sent_before_deadline = True
+                            continue
+                        wait -= 1.0
+                    interval = emu.settings.bookmark_interval_seconds
+                    if interval > 0:
+                        if now - last_bookmark >= interval:
+                            await _write_bookmark(resp, rt, store.rv)
+                            last_bookmark = now
+                            continue
+                        wait = min(wait, last_bookmark + interval - now)
+                if request.transport is None or request.transport.is_closing():
+                    break  # the client went away
+                watcher.wakeup.clear()
+                try:
+                    # Wake at least every 5 s to notice a client that disconnected.
+                    await asyncio.wait_for(watcher.wakeup.wait(), timeout=min(max(wait, 0.001), 5.0))
+                except TimeoutError:
+                    pass
+                continue
+            ev = watcher.pending[0]
+            lag = emu.settings.watch_lag_seconds
+            if lag > 0 and ev.at:
+                due = ev.at + lag - time.monotonic()
+                if due > 0:
+                    await asyncio.sleep(min(due, max(deadline - time.monotonic(), 0)))  # the lag knob delays delivery
+                    continue
+            watcher.pending.popleft()
+            await resp.write(_encode_event(ev, wr))
+            sent += 1
+    except ConnectionResetError:
+        return resp  # the client went away mid-write
+    finally:
+        store.watchers.discard(watcher)
+        emu.open_watches.discard(watcher)
+    try:
+        await resp.write_eof()
+    except (ConnectionResetError, RuntimeError):
+        pass
+    return resp
+
+
+def _abort(request: web.Request) -> None:
+    """Cut the connection without ending the chunked body: the client sees a broken stream."""
+    if request.transport is not None:
+        request.transport.close()
+
+
+async def _write_bookmark(resp: web.StreamResponse, rt: ResourceType, rv: int) -> None:
+    obj = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(rv)}}
+    await resp.write(_enc.encode({"type": "BOOKMARK", "object": obj}) + b"\n")
+
+
+def _encode_event(ev: Event, wr: WatchRequest) -> bytes:
+    obj: Obj | dict[str, Any] = ev.obj
+    if "kind" not in obj or "apiVersion" not in obj:
+        obj = {"kind": wr.rt.kind, "apiVersion": wr.rt.api_version, **obj}
+    if wr.table:
+        meta = {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")}
+        obj = discovery.to_table(wr.rt, [obj], meta, wr.include_object)
+    return _enc.encode({"type": ev.type, "object": obj}) + b"\n"

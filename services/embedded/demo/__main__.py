@@ -1,0 +1,372 @@
+"""`runnerscale demo`: the embedded default, everything local, a demo workload scaling up and down.
+
+It starts, as separate processes: nats-server (JetStream), the Kubernetes API emulator, the
+Actions service simulator, the node simulator and the four workers. Then it does what a user
+does with ARC — creates a namespace, a GitHub token Secret and an AutoscalingRunnerSet — and
+queues waves of jobs at the simulator. It prints one status line per tick (jobs, desired
+runners, runners by phase) and checks that the set scales up for the jobs and back down to
+``minRunners`` when they are done. Exit code 0 when it did; 1 when it did not within the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import anyio
+import msgspec
+import nats
+
+from services.embedded.demo.supervisor import ChildSpec, free_port, supervised
+from shared.bus import messages as bus_messages
+from shared.bus import subjects
+
+DEMO_NAMESPACE = "arc-runners"
+CONTROLLER_NAMESPACE = "arc-systems"
+SCALE_SET = "demo-runners"
+
+
+class DemoOptions(msgspec.Struct, frozen=True):
+    waves: tuple[int, ...] = (4, 2)
+    job_seconds: float = 6.0
+    min_runners: int = 1
+    max_runners: int = 5
+    timeout: float = 240.0
+    workdir: str = ""
+    verbose: bool = False
+
+
+def parse_args(argv: list[str]) -> DemoOptions:
+    p = argparse.ArgumentParser(prog="runnerscale demo", description=__doc__.splitlines()[0])
+    p.add_argument("--waves", default="4,2", help="jobs queued per wave, comma-separated (default 4,2)")
+    p.add_argument("--job-seconds", type=float, default=6.0, help="how long each job runs (default 6)")
+    p.add_argument("--min-runners", type=int, default=1, help="idle runners kept (default 1)")
+    p.add_argument("--max-runners", type=int, default=5)
+    p.add_argument("--timeout", type=float, default=240.0, help="give up after this many seconds")
+    p.add_argument("--workdir", default="", help="where state and logs go (default: a temp dir)")
+    p.add_argument("--verbose", action="store_true", help="forward every child's log lines")
+    a = p.parse_args(argv)
+    try:
+        waves = tuple(int(x) for x in a.waves.split(",") if x.strip())
+    except ValueError:
+        p.error(f"--waves must be comma-separated integers, got {a.waves!r}")
+    if not waves or any(w < 0 for w in waves):
+        p.error("--waves needs at least one non-negative count")
+    if a.min_runners < 0 or a.max_runners < max(a.min_runners, 1):
+        p.error("need 0 <= --min-runners <= --max-runners and --max-runners >= 1")
+    return DemoOptions(waves, a.job_seconds, a.min_runners, a.max_runners, a.timeout, a.workdir, a.verbose)
+
+
+def _bin(name: str) -> str:
+    """A console script or the nats-server binary beside this interpreter (the venv's bin/)."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else name
+
+
+def _ars_manifest(config_url: str, opts: DemoOptions) -> dict:
+    return {
+        "apiVersion": "actions.github.com/v1alpha1",
+        "kind": "AutoscalingRunnerSet",
+        "metadata": {"name": SCALE_SET, "namespace": DEMO_NAMESPACE},
+        "spec": {
+            "githubConfigUrl": config_url,
+            "githubConfigSecret": "github-token",
+            "runnerScaleSetName": SCALE_SET,
+            "minRunners": opts.min_runners,
+            "maxRunners": opts.max_runners,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "runner",
+                            "image": "ghcr.io/actions/actions-runner:latest",
+                            "command": ["/home/runner/run.sh"],
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+class KubeHttp:
+    """The few plain API calls the demo makes as a user would (kubectl-like), over HTTP."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+        self._s, self._base = session, base.rstrip("/")
+
+    async def _req(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        with anyio.fail_after(15):
+            async with self._s.request(method, self._base + path, json=body) as r:
+                data = await r.json(content_type=None)
+                return r.status, data or {}
+
+    async def ensure(self, path: str, body: dict) -> None:
+        status, data = await self._req("POST", path, body)
+        if status not in (200, 201, 409):
+            raise RuntimeError(f"POST {path} -> {status}: {data.get('message', data)}")
+
+    async def list_items(self, path: str) -> list[dict]:
+        status, data = await self._req("GET", path)
+        return data.get("items", []) if status == 200 else []
+
+    async def get(self, path: str) -> dict | None:
+        status, data = await self._req("GET", path)
+        return data if status == 200 else None
+
+
+async def _sim(session: aiohttp.ClientSession, method: str, url: str, body: dict | None = None):
+    with anyio.fail_after(15):
+        async with session.request(method, url, json=body) as r:
+            r.raise_for_status()
+            return await r.json(content_type=None)
+
+
+def _phase_counts(runners: list[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in runners:
+        phase = (r.get("status") or {}).get("phase") or "New"
+        if (r.get("metadata") or {}).get("deletionTimestamp"):
+            phase = "Deleting"
+        counts[phase] = counts.get(phase, 0) + 1
+    return counts
+
+
+async def run_demo(opts: DemoOptions, out=None) -> int:
+    out = out or sys.stdout
+    say = lambda msg: print(msg, file=out, flush=True)  # noqa: E731
+    workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="runnerscale-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig, creds = workdir / "kubeconfig", workdir / "actions-sim.json"
+    nats_port, kube_port, sim_port = free_port(), free_port(), free_port()
+    nats_url = f"nats://127.0.0.1:{nats_port}"
+    env = {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "RUNNERSCALE_NATS_URL": nats_url,
+        "RUNNERSCALE_LOG_LEVEL": "info" if opts.verbose else "warning",
+    }
+    crds = Path(__file__).resolve().parents[3] / "deploy" / "crds"
+    log = open(workdir / "children.log", "w") if not opts.verbose else out  # noqa: SIM115
+    say(f"runnerscale demo: state and logs in {workdir}")
+    async with supervised(out=log) as sup, aiohttp.ClientSession() as http:
+        await sup.start(
+            ChildSpec(
+                "nats",
+                [
+                    _bin("nats-server"),
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(nats_port),
+                    "-js",
+                    "-sd",
+                    str(workdir / "jetstream"),
+                ],
+                ready_port=nats_port,
+                env=env,
+            )
+        )
+        kube_args = [_bin("runnerscale"), "apiserver", "--port", str(kube_port), "--kubeconfig-out", str(kubeconfig)]
+        if crds.is_dir():
+            kube_args += ["--crds", str(crds)]
+        await sup.start(ChildSpec("apiserver", kube_args, ready_port=kube_port, env=env))
+        await sup.start(
+            ChildSpec(
+                "actions-sim",
+                [
+                    _bin("runnerscale"),
+                    "actions-sim",
+                    "--port",
+                    str(sim_port),
+                    "--credentials-out",
+                    str(creds),
+                    "--poll-wait",
+                    "2",
+                ],
+                ready_port=sim_port,
+                env=env,
+            )
+        )
+        with anyio.fail_after(20):
+            while not creds.exists() or not creds.stat().st_size:
+                await anyio.sleep(0.1)  # the simulator writes the file right after it listens
+        sim = msgspec.json.decode(creds.read_bytes())
+        sim_url = sim["url"].rstrip("/")
+        common = ["--kubeconfig", str(kubeconfig), "--nats-url", nats_url, "--metrics-addr", "0", "--health-addr", "0"]
+        await sup.start(
+            ChildSpec(
+                "node-sim",
+                [
+                    _bin("runnerscale"),
+                    "node-sim",
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--actions-url",
+                    sim_url,
+                    "--state-dir",
+                    str(workdir / "node"),
+                ],
+                env=env,
+            )
+        )
+        await sup.start(
+            ChildSpec(
+                "scale-set",
+                [
+                    _bin("runnerscale"),
+                    "scale-set",
+                    *common,
+                    "--controller-namespace",
+                    CONTROLLER_NAMESPACE,
+                    "--listener-image",
+                    "ghcr.io/runnerscale/runnerscale:demo",
+                ],
+                env=env,
+            )
+        )
+        await sup.start(
+            ChildSpec(
+                "listener-pod",
+                [
+                    _bin("runnerscale"),
+                    "listener-pod",
+                    *common,
+                    # listener pods run as local processes here: give each free ports
+                    "--listener-metrics-addr",
+                    "127.0.0.1:0",
+                    "--listener-health-addr",
+                    "127.0.0.1:0",
+                ],
+                env=env,
+            )
+        )
+        await sup.start(ChildSpec("runner-set", [_bin("runnerscale"), "runner-set", *common], env=env))
+        await sup.start(ChildSpec("runner", [_bin("runnerscale"), "runner", *common], env=env))
+        say(
+            f"started: nats {nats_url}, Kubernetes API emulator http://127.0.0.1:{kube_port}, Actions simulator {sim_url}"
+        )
+        say(
+            f"  try: kubectl --kubeconfig {kubeconfig} get autoscalingrunnersets,ephemeralrunnersets,ephemeralrunners,pods -A"
+        )
+
+        kube = KubeHttp(http, f"http://127.0.0.1:{kube_port}")
+        for ns in (DEMO_NAMESPACE, CONTROLLER_NAMESPACE):
+            await kube.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        await kube.ensure(
+            f"/api/v1/namespaces/{DEMO_NAMESPACE}/secrets",
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "github-token"},
+                "stringData": {"github_token": sim["pat"]},
+            },
+        )
+        config_url = f"{sim_url}/{sim['org']}"
+        await kube.ensure(
+            f"/apis/actions.github.com/v1alpha1/namespaces/{DEMO_NAMESPACE}/autoscalingrunnersets",
+            _ars_manifest(config_url, opts),
+        )
+        say(
+            f"created AutoscalingRunnerSet {DEMO_NAMESPACE}/{SCALE_SET} (minRunners={opts.min_runners}, maxRunners={opts.max_runners}) for {config_url}"
+        )
+
+        # Watch the desired state the listener publishes, as `nats sub 'runnerscale.desired.>'` would.
+        latest: dict[str, str] = {}
+        nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=-1)
+        try:
+
+            async def on_desired(msg) -> None:
+                try:
+                    state = bus_messages.decode(msg.subject, msg.data)
+                except Exception as exc:
+                    latest["desired"] = f"undecodable desired state: {exc}"
+                    return
+                latest["desired"] = f"desired={state.replicas} patchId={state.patch_id}"
+
+            await nc.subscribe(f"{subjects.PREFIX}.desired.>", cb=on_desired)
+            return await _workload(opts, kube, http, sim_url, say, latest)
+        finally:
+            await nc.close()
+
+
+async def _workload(
+    opts: DemoOptions, kube: KubeHttp, http: aiohttp.ClientSession, sim_url: str, say, latest: dict[str, str]
+) -> int:
+    deadline = time.monotonic() + opts.timeout
+    ers_path = f"/apis/actions.github.com/v1alpha1/namespaces/{DEMO_NAMESPACE}/ephemeralrunners"
+    ars_path = f"/apis/actions.github.com/v1alpha1/namespaces/{DEMO_NAMESPACE}/autoscalingrunnersets/{SCALE_SET}"
+
+    async def snapshot() -> tuple[dict, dict[str, int], int]:
+        jobs = await _sim(http, "GET", f"{sim_url}/_sim/jobs")
+        by_state: dict[str, int] = {}
+        for j in jobs if isinstance(jobs, list) else jobs.get("jobs", []):
+            by_state[j.get("state", "?")] = by_state.get(j.get("state", "?"), 0) + 1
+        runners = await kube.list_items(ers_path)
+        ars = await kube.get(ars_path) or {}
+        current = int((ars.get("status") or {}).get("currentRunners") or 0)
+        return by_state, _phase_counts(runners), current
+
+    async def wait_for(what: str, cond) -> bool:
+        last = ""
+        while time.monotonic() < deadline:
+            jobs, phases, current = await snapshot()
+            line = (
+                f"  jobs {dict(sorted(jobs.items()))}  {latest.get('desired', 'desired=?')}"
+                f"  runners {dict(sorted(phases.items()))}  ARS.currentRunners={current}"
+            )
+            if line != last:
+                say(line)
+                last = line
+            if cond(jobs, phases, current):
+                say(f"ok: {what}")
+                return True
+            await anyio.sleep(1.0)  # a demo's display tick, not synchronisation
+        say(f"FAILED: {what} (timed out)")
+        return False
+
+    say("waiting for the scale set to be registered and its listener to open a message session ...")
+    while True:
+        sessions = await _sim(http, "GET", f"{sim_url}/_sim/sessions")
+        if sessions:
+            say(f"ok: listener session open ({len(sessions)} session)")
+            break
+        if time.monotonic() > deadline:
+            say("FAILED: no listener session (timed out)")
+            return 1
+        await anyio.sleep(1.0)  # display tick
+    total = 0
+    for n, count in enumerate(opts.waves, 1):
+        await _sim(
+            http, "POST", f"{sim_url}/_sim/jobs", {"count": count, "labels": [SCALE_SET], "duration": opts.job_seconds}
+        )
+        total += count
+        say(f"wave {n}: queued {count} job(s) of {opts.job_seconds:g}s")
+        want_up = min(opts.max_runners, opts.min_runners + count)
+        if count and not await wait_for(
+            f"scaled up (>= {want_up} runner(s) for wave {n}) or done",
+            lambda j, p, c: sum(p.values()) >= want_up or j.get("completed", 0) >= total,
+        ):
+            return 1
+        if not await wait_for(f"wave {n} completed", lambda j, p, c: j.get("completed", 0) >= total):
+            return 1
+    if not await wait_for(
+        f"scaled back down to minRunners={opts.min_runners}",
+        lambda j, p, c: sum(v for k, v in p.items() if k != "Deleting") <= opts.min_runners,
+    ):
+        return 1
+    say(f"demo finished: {total} job(s) ran on ephemeral runners; the set scaled up and back down")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    opts = parse_args(argv)
+    try:
+        return anyio.run(run_demo, opts)
+    except KeyboardInterrupt:
+        return 130
