@@ -36,7 +36,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "services.runner.worker:main",
         "run the runner worker (EphemeralRunners: JIT secret, runner pod, status)",
     ),
-    "runner-set": ("services.runner_set.__main__:main", "run the runner-set worker (EphemeralRunnerSets)"),
+    "runner-set": ("services.runner_set.worker:main", "run the runner-set worker (EphemeralRunnerSets)"),
     "bus": ("shared.bus.cli:main", "set up (streams, buckets) or inspect (status) the NATS bus"),
 }
 

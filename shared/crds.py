@@ -35,7 +35,7 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {}
 
 
 def _columns(arc: list[_COL], wide: list[_COL] | None = None) -> list[dict[str, Any]]:
-    cols = [{"jsonPath": p, "name": n, "type": t} for n, t, p in arc]
+    cols: list[dict[str, Any]] = [{"jsonPath": p, "name": n, "type": t} for n, t, p in arc]
     cols += [{"jsonPath": p, "name": n, "priority": 1, "type": t} for n, t, p in wide or []]
     return cols
 
@@ -129,10 +129,10 @@ def _schema(t: mi.Type) -> dict[str, Any]:
     if isinstance(t, mi.BoolType):
         return {"type": "boolean"}
     if isinstance(t, mi.IntType):
-        schema: dict[str, Any] = {"type": "integer"}
+        integer: dict[str, Any] = {"type": "integer"}
         if t.ge is not None:
-            schema["minimum"] = t.ge
-        return schema
+            integer["minimum"] = t.ge
+        return integer
     if isinstance(t, mi.FloatType):
         return {"type": "number"}
     if isinstance(t, (mi.StrType, mi.EnumType)):
@@ -299,7 +299,7 @@ def check_manifest(obj: dict[str, Any]) -> SchemaReport:
     """Check a JSON tree against the CRD schema of its ``kind`` (unknown kind is an error)."""
     errors: list[Problem] = []
     pruned: list[str] = []
-    cls = KIND_BY_NAME.get(obj.get("kind")) if isinstance(obj, dict) else None
+    cls = KIND_BY_NAME.get(str(obj.get("kind"))) if isinstance(obj, dict) else None
     if cls is None:
         kind = obj.get("kind") if isinstance(obj, dict) else None
         return SchemaReport([Problem("$.kind", f"not a runnerscale kind: {kind!r}")], [])

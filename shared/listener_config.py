@@ -21,7 +21,9 @@ from shared.actions import ActionsError, AppCredentials, PersonalAccessToken, pa
 from shared.bus.errors import SettingsError
 from shared.bus.settings import BusSettings, load_settings
 from shared.bus.settings import validate as validate_bus_settings
+from shared.http import listen_enabled, parse_listen_addr  # re-exported for the listener
 from shared.log import register_secret
+from shared.settings import options_of
 
 #: The largest value the service accepts for X-ScaleSetMaxCapacity, and ARC's "unbounded" max.
 MAX_INT32 = 2**31 - 1
@@ -191,11 +193,9 @@ _BUS_FIELD_NAMES = {
 
 def _bus_field(setting_label: str) -> str:
     """Map the bus's "ENV / --flag" label back to the config field that set it."""
-    from shared.bus.settings import OPTIONS
-
-    for option in OPTIONS:
+    for field, option in options_of(BusSettings).items():
         if option.label == setting_label:
-            return _BUS_FIELD_NAMES.get(option.field, setting_label)
+            return _BUS_FIELD_NAMES.get(field, setting_label)
     return setting_label
 
 
@@ -267,19 +267,6 @@ def credentials_of(cfg: ListenerConfig) -> PersonalAccessToken | AppCredentials:
     return AppCredentials(
         app_id=cfg.app_id, installation_id=cfg.github_app_installation_id, private_key=cfg.github_app_private_key
     )
-
-
-def listen_enabled(addr: str) -> bool:
-    """False for a server turned off: an empty address or ARC's ``"0"``."""
-    return (addr or "").strip() not in ("", "0")
-
-
-def parse_listen_addr(addr: str) -> tuple[str, int]:
-    """``":8080"`` / ``"0.0.0.0:8080"`` / ``"127.0.0.1:0"`` -> (host, port)."""
-    host, sep, port_text = addr.strip().rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"{addr!r} is not a host:port listen address")
-    return (host.strip("[]") or "0.0.0.0", int(port_text))
 
 
 def owner_name() -> str:

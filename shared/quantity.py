@@ -14,6 +14,7 @@ A YAML number (``cpu: 1``) is a quantity too; booleans are not.
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 from functools import lru_cache
@@ -71,7 +72,7 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if isinstance(value, int):
         return Fraction(value)
     if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
+        if math.isnan(value) or math.isinf(value):
             raise QuantityError(value)
         # Through repr: 0.1 means the decimal 0.1 a user wrote, not the nearest binary float.
         return Fraction(repr(value))

@@ -77,7 +77,7 @@ def _scalar_equal(a: Any, b: Any, mode: int) -> bool:
     if ta is bool or tb is bool:
         return ta is tb and a == b
     if ta in _NUMBER_TYPES and tb in _NUMBER_TYPES:
-        return a == b
+        return bool(a == b)
     return ta is tb and a == b
 
 
@@ -118,7 +118,7 @@ def _equal(a: Any, b: Any, key: str | None, mode: int, trail: list[Any] | None) 
             return not a and _deep_empty(b)
         if len(a) != len(b):
             return False
-        for i, (va, vb) in enumerate(zip(a, b)):
+        for i, (va, vb) in enumerate(zip(a, b, strict=True)):
             if va is vb:
                 continue
             tva = type(va)
@@ -161,7 +161,7 @@ def _derivative(desired: Any, live: Any, key: str | None, mode: int, trail: list
         # Longer desired is drift; extra live elements (appended by admission) are not.
         if tl is not list or len(desired) > len(live):
             return False
-        for i, (vd, vl) in enumerate(zip(desired, live)):
+        for i, (vd, vl) in enumerate(zip(desired, live, strict=False)):  # live may have more
             if vd is vl:
                 continue
             tvd = type(vd)

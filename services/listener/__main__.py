@@ -1,7 +1,8 @@
 """``runnerscale listener --config FILE``: one Actions message session per scale set.
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for an invalid configuration, 1 when
-the listener gave up (e.g. the scale set no longer exists); the pod's owner recreates it.
+the listener gave up (e.g. the scale set no longer exists; the pod's owner recreates it) or a
+second signal cut the clean shutdown short.
 """
 
 from __future__ import annotations
@@ -54,17 +55,23 @@ def main(argv: list[str]) -> int:
     from shared.bus import BusError
 
     async def _run() -> None:
+        work = anyio.CancelScope()
         async with anyio.create_task_group() as tg:
 
             async def _signals() -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     async for signum in signals:
-                        log.info("shutting down", signal=signal.Signals(signum).name)
-                        tg.cancel_scope.cancel()
-                        return
+                        if not work.cancel_called:
+                            log.info("shutting down", signal=signal.Signals(signum).name)
+                            work.cancel()  # graceful: the session is deleted, the lease released
+                            continue
+                        # A second signal: the operator does not want to wait for the clean-up.
+                        log.warning("second signal: exiting at once", signal=signal.Signals(signum).name)
+                        os._exit(1)
 
             tg.start_soon(_signals)
-            await run_listener(cfg)
+            with work:
+                await run_listener(cfg)
             tg.cancel_scope.cancel()
 
     try:

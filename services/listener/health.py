@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from services.listener.metrics import ListenerMetrics
-from shared.listener_config import parse_listen_addr
+from shared.http import add_metrics, add_probes
 
 
-class Role(str, enum.Enum):
+class Role(enum.StrEnum):
     STARTING = "starting"
     STANDBY = "standby"
     LEADER = "leader"
@@ -75,46 +75,20 @@ def verdict(state: HealthState, *, now: float, staleness: float) -> Verdict:
 def build_app(
     *, state: HealthState, staleness: float, metrics: ListenerMetrics | None, metrics_path: str, health: bool
 ) -> web.Application:
-    async def healthz(_: web.Request) -> web.Response:
-        v = verdict(state, now=time.monotonic(), staleness=staleness)
-        return web.Response(status=200 if v.live else 503, text=v.reason if not v.live else "ok")
+    """The listener's routes on one application (``metrics`` None: no ``/metrics``; ``health``
+    False: no probes), served by :class:`shared.http.HttpServers`."""
 
-    async def readyz(_: web.Request) -> web.Response:
+    def live() -> tuple[bool, str]:
         v = verdict(state, now=time.monotonic(), staleness=staleness)
-        return web.Response(status=200 if v.ready else 503, text=v.reason)
+        return v.live, "ok" if v.live else v.reason
 
-    async def metrics_handler(_: web.Request) -> web.Response:
-        assert metrics is not None
-        return web.Response(body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+    def ready() -> tuple[bool, str]:
+        v = verdict(state, now=time.monotonic(), staleness=staleness)
+        return v.ready, v.reason
 
     app = web.Application()
     if health:
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", readyz)
+        add_probes(app, live=live, ready=ready)
     if metrics is not None:
-        app.router.add_get(metrics_path, metrics_handler)
+        add_metrics(app, metrics.render, path=metrics_path)
     return app
-
-
-class HttpEndpoints:
-    """Serves the apps on their listen addresses; ``ports`` holds the bound ports (``:0`` works)."""
-
-    def __init__(self) -> None:
-        self._runners: list[web.AppRunner] = []
-        self.ports: dict[str, int] = {}
-
-    async def start(self, name: str, app: web.Application, addr: str) -> int:
-        host, port = parse_listen_addr(addr)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        self._runners.append(runner)
-        bound = runner.addresses[0][1] if runner.addresses else port
-        self.ports[name] = bound
-        return bound
-
-    async def stop(self) -> None:
-        for runner in reversed(self._runners):
-            await runner.cleanup()
-        self._runners.clear()

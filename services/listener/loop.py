@@ -22,8 +22,10 @@ good statistics, and acknowledged, so one bad message can never stall the scale 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -37,12 +39,16 @@ from shared.actions.messages import JobStarted as ServiceJobStarted
 from shared.actions.messages import Message, MessageDecodeError
 from shared.actions.models import ScaleSetStatistics
 from shared.actions.session import MessageSessionClient
+from shared.backoff import Backoff
 from shared.bus import messages as bus
 from shared.bus.errors import BusError
 from shared.listener_config import ListenerConfig
 from shared.log import get_logger
 
 log = get_logger(__name__)
+
+#: Longest pause between retries of a failed poll or publish (the first pause is the configured error backoff).
+RETRY_CAP = 30.0
 
 #: Publishes messages to JetStream and returns once every one is acknowledged (or raises).
 Publish = Callable[[Sequence[bus.BusMessage]], Awaitable[None]]
@@ -98,7 +104,7 @@ def desired_state(
 def job_event(
     ident: Identity, job: ServiceJobStarted | ServiceJobCompleted, epoch: int
 ) -> bus.JobStarted | bus.JobCompleted:
-    common = dict(
+    common: dict[str, Any] = dict(
         scale_set_id=ident.scale_set_id,
         scale_set=ident.scale_set,
         runner_name=job.runner_name,
@@ -121,7 +127,8 @@ def plan_effects(
     ident: Identity, plan: MessagePlan, epoch: int, scaler: ScalerState
 ) -> tuple[list[bus.BusMessage], ScalerState, DesiredDecision]:
     """Pure: the bus messages a planned service message turns into, and the next scaler state."""
-    events: list[bus.BusMessage] = [job_event(ident, j, epoch) for j in (*plan.started, *plan.completed)]
+    events: list[bus.BusMessage] = [job_event(ident, j, epoch) for j in plan.started]
+    events += [job_event(ident, j, epoch) for j in plan.completed]
     if plan.dirty:
         scaler = mark_dirty(scaler)
     scaler, decision = decide(
@@ -182,20 +189,20 @@ class SessionLoop:
         """Publish until JetStream acknowledged everything. While NATS is unreachable the message
         stays unacknowledged at the service and polling pauses; if the outage outlasts the lease,
         leadership lapses and cancels this (a successor re-delivers the message)."""
-        delay = self.poll_error_backoff
-        while True:
+        backoff = Backoff(base=self.poll_error_backoff, cap=RETRY_CAP)
+        for attempt in itertools.count():
             try:
                 await self.publish(messages)
                 return
             except BusError as exc:
                 self.health.progressed()
+                delay = backoff.delay(attempt)
                 log.warning(
                     "publishing to JetStream failed; retrying before acknowledging",
                     error=str(exc),
                     retry_in=round(delay, 1),
                 )
                 await anyio.sleep(delay)  # backoff between attempts, not synchronisation
-                delay = min(delay * 2, 30.0)
 
     async def run(self, initial_statistics: ScaleSetStatistics | None) -> None:
         # The start-up decision, before any poll, from the session's statistics (ARC does the
@@ -221,16 +228,17 @@ class SessionLoop:
     async def _poll(self) -> Message | None:
         """Long poll; transient failures (after the client's own retries) back off and poll again
         on the same session. Session-level failures propagate to the caller."""
-        delay = self.poll_error_backoff
+        backoff = Backoff(base=self.poll_error_backoff, cap=RETRY_CAP)
+        failures = 0
         while True:
             try:
                 message = await self.client.get_message(self.last_message_id, self.ident.max_runners)
             except (TransportError, ServiceUnavailableError, RateLimitedError) as exc:
                 self.health.progressed()
-                wait = max(delay, getattr(exc, "retry_after", None) or 0)
+                wait = max(backoff.delay(failures), getattr(exc, "retry_after", None) or 0)
+                failures += 1
                 log.warning("poll failed, retrying on the same session", error=str(exc), retry_in=round(wait, 1))
                 await anyio.sleep(wait)  # backoff between attempts, not synchronisation
-                delay = min(delay * 2, 30.0)
                 continue
             self.health.polled()
             self.polls += 1
@@ -303,12 +311,12 @@ class SessionLoop:
             self.metrics.record_statistics(plan.statistics)
         self.metrics.record_desired(replicas=decision.replicas, patch_id=decision.patch_id)
         if self.metrics.first_sight(message.message_id):
-            for job in plan.assigned:
-                self.metrics.record_job_assigned(job, received_at=received_at)
-            for job in plan.started:
-                self.metrics.record_job_started(job)
-            for job in plan.completed:
-                self.metrics.record_job_completed(job)
+            for assigned in plan.assigned:
+                self.metrics.record_job_assigned(assigned, received_at=received_at)
+            for started in plan.started:
+                self.metrics.record_job_started(started)
+            for completed in plan.completed:
+                self.metrics.record_job_completed(completed)
         log.info(
             "handled message",
             message_id=message.message_id,

@@ -1,4 +1,4 @@
-"""Listener metrics with ARC's names and default label sets (arc-controllers.md §4.4), plus the
+"""Listener metrics with ARC's names and default label sets (README "Listener"), plus the
 gauges and histogram ARC users asked for (available/acquired jobs, queue duration).
 
 Each listener instance owns a ``CollectorRegistry`` so several can run in one process (tests, HA

@@ -2,7 +2,7 @@
 
 No I/O here. The loop feeds statistics and job events in and publishes what comes out.
 
-Patch IDs follow ARC's listener scaler exactly (arc-controllers.md §4.3, §7.6):
+Patch IDs follow ARC's listener scaler exactly (README "Listener"):
 
 * state starts at ``target = -1, seq = -1, dirty = False``;
 * every decision advances the sequence (wrapping 2^31-1 -> 1, never 0 after a wrap);

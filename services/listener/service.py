@@ -16,14 +16,16 @@ lost (or lapsed while NATS is unreachable) cancels the term at once; the session
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
 import anyio
 import msgspec
 from prometheus_client import disable_created_metrics
 
-from services.listener.health import HealthState, HttpEndpoints, Role, build_app
-from services.listener.loop import Identity, SessionLoop
+from services.listener.health import HealthState, Role, build_app
+from services.listener.loop import RETRY_CAP, Identity, SessionLoop
 from services.listener.metrics import ListenerMetrics
 from services.listener.scaling import ScalerState
 from services.listener.session import ListenerGaveUp, SessionRecords, close_session, open_session
@@ -34,14 +36,15 @@ from shared.actions import (
     ScaleSetNotFoundError,
     parse_config_url,
 )
+from shared.backoff import Backoff
 from shared.bus import Bus, BusError, BusMessage, BusUnavailable, DesiredState, JobCompleted, JobStarted, LeaderLease
 from shared.bus import subjects as bus_subjects
+from shared.http import HttpServers, listen_enabled
 from shared.listener_config import (
     ListenerConfig,
     actions_environ,
     bus_settings,
     credentials_of,
-    listen_enabled,
     owner_name,
 )
 from shared.log import get_logger
@@ -76,13 +79,13 @@ class Listener:
     ) -> None:
         # ARC exports no ``*_created`` series and dashboards built for ARC expect its series only.
         # prometheus_client's switch is process-wide; the listener process serves only these.
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.cfg = cfg
         self.owner = owner or owner_name()
         self.ident = Identity.from_config(cfg)
         self.metrics = metrics_for(cfg)
         self.health = HealthState()
-        self.endpoints = HttpEndpoints()
+        self.endpoints = HttpServers()
         self.bus_settings = bus_settings(cfg)
         self.epoch: int | None = None
         self.session_id = ""
@@ -132,6 +135,7 @@ class Listener:
                 health=True,
             )
             port = await self.endpoints.start("health", app, cfg.health_addr)
+            assert port is not None  # health_on
             self.endpoints.ports["metrics"] = port
             return
         if health_on:
@@ -172,8 +176,8 @@ class Listener:
     async def _connect_bus(self, stack: AsyncExitStack) -> Bus:
         """Connect (and set up streams), waiting for NATS if it is not reachable yet: the listener
         stays live (not ready) meanwhile instead of exiting."""
-        delay = self.cfg.session.error_backoff_seconds
-        while True:
+        backoff = Backoff(base=self.cfg.session.error_backoff_seconds, cap=RETRY_CAP)
+        for attempt in itertools.count():
             try:
                 return await stack.enter_async_context(
                     Bus.connect(
@@ -186,9 +190,10 @@ class Listener:
                 )
             except BusUnavailable as exc:
                 self.health.progressed()
+                delay = backoff.delay(attempt)
                 log.warning("NATS unreachable; retrying", error=str(exc), retry_in=round(delay, 1))
                 await anyio.sleep(delay)  # backoff between attempts, not synchronisation
-                delay = min(delay * 2, 30.0)
+        raise AssertionError("unreachable")
 
     async def _lead_when_elected(
         self, lease: LeaderLease, actions: ActionsClient, bus: Bus, records: SessionRecords
@@ -217,20 +222,20 @@ class Listener:
         scaler = ScalerState()
         newest_message_id = 0
 
-        async def publish(messages: list[BusMessage]) -> None:
+        async def publish(messages: Sequence[BusMessage]) -> None:
             # In the service's order by kind: every JobStarted, then every JobCompleted (each kind
             # concurrently, each waiting for its JetStream ack), then the desired state (the level).
             for kind in (JobStarted, JobCompleted, DesiredState):
                 await _publish_all(bus, [m for m in messages if isinstance(m, kind)])
 
-        initial_delay = cfg.session.error_backoff_seconds
-        delay = initial_delay  # doubles per consecutive failure (up to 30 s), resets after a poll
+        backoff = Backoff(base=cfg.session.error_backoff_seconds, cap=RETRY_CAP)
+        failures = 0  # in a row; reset once a session polled successfully
 
         async def back_off() -> None:
-            nonlocal delay
+            nonlocal failures
             self.health.progressed()
-            await anyio.sleep(delay)  # backoff between attempts, not synchronisation
-            delay = min(delay * 2, 30.0)
+            await anyio.sleep(backoff.delay(failures))  # backoff between attempts, not synchronisation
+            failures += 1
 
         try:
             while True:
@@ -252,7 +257,7 @@ class Listener:
                         "cannot create the message session; retrying",
                         error=str(exc),
                         error_type=type(exc).__name__,
-                        retry_in=round(delay, 1),
+                        retry_in=round(backoff.delay(failures), 1),
                     )
                     await back_off()
                     continue
@@ -284,7 +289,7 @@ class Listener:
                     scaler, newest_message_id = loop.scaler, loop.newest_message_id
                     await self._close(actions, session.session_id, records)
                 if loop.polls:
-                    delay = initial_delay  # the session worked for a while: start the backoff over
+                    failures = 0  # the session worked for a while: start the backoff over
                 await back_off()
         finally:
             self.metrics.set_leader(False)

@@ -26,11 +26,10 @@ from typing import Any
 
 import anyio
 import msgspec
-from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KeyValue
 
 from services.listener.metrics import ListenerMetrics
 from shared.actions.errors import ActionsHTTPError, SessionConflictError, SessionNotFoundError
+from shared.backoff import Backoff
 from shared.bus import Bus
 from shared.bus.subjects import SESSIONS_BUCKET, listener_session_key
 from shared.listener_config import SessionSettings
@@ -78,33 +77,25 @@ class SessionRecords:
         self._bus = bus
         self._timeout = timeout
 
-    async def _bucket(self) -> KeyValue:
-        with anyio.fail_after(self._timeout * 2):
-            return await self._bus.key_value(SESSIONS_BUCKET)
-
     async def get(self, scale_set_id: int) -> SessionRecord | None:
         try:
-            kv = await self._bucket()
-            with anyio.fail_after(self._timeout):
-                entry = await kv.get(session_key(scale_set_id))
-        except KeyNotFoundError:
-            return None
+            with anyio.fail_after(self._timeout * 2):
+                value = await self._bus.kv_get(SESSIONS_BUCKET, session_key(scale_set_id))
         except Exception as exc:
             log.warning("cannot read the session record", scale_set_id=scale_set_id, error=type(exc).__name__)
             return None
-        if not entry.value:
+        if not value:
             return None
         try:
-            return msgspec.json.decode(entry.value, type=SessionRecord)
+            return msgspec.json.decode(value, type=SessionRecord)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("ignoring a malformed session record", scale_set_id=scale_set_id, error=str(exc))
             return None
 
     async def put(self, record: SessionRecord) -> None:
         try:
-            kv = await self._bucket()
-            with anyio.fail_after(self._timeout):
-                await kv.put(session_key(record.scale_set_id), msgspec.json.encode(record))
+            with anyio.fail_after(self._timeout * 2):
+                await self._bus.kv_put(SESSIONS_BUCKET, session_key(record.scale_set_id), msgspec.json.encode(record))
         except Exception as exc:
             log.warning("cannot record the session", scale_set_id=record.scale_set_id, error=type(exc).__name__)
 
@@ -114,18 +105,16 @@ class SessionRecords:
         if current is None or current.session_id != session_id:
             return
         try:
-            kv = await self._bucket()
-            with anyio.fail_after(self._timeout):
-                await kv.delete(session_key(scale_set_id))
+            with anyio.fail_after(self._timeout * 2):
+                await self._bus.kv_delete(SESSIONS_BUCKET, session_key(scale_set_id))
         except Exception as exc:
             log.warning("cannot clear the session record", scale_set_id=scale_set_id, error=type(exc).__name__)
 
 
 def conflict_backoff(attempt: int, settings: SessionSettings, *, rand: random.Random | None = None) -> float:
     """Exponential from the initial wait, capped, with +-20% jitter so replicas do not align."""
-    base = min(settings.conflict_backoff_initial_seconds * 2**attempt, settings.conflict_backoff_max_seconds)
-    jitter = (rand or random).uniform(0.8, 1.2)
-    return base * jitter
+    backoff = Backoff(base=settings.conflict_backoff_initial_seconds, cap=settings.conflict_backoff_max_seconds)
+    return backoff.jittered(attempt, 0.8, 1.2, rand)
 
 
 async def open_session(

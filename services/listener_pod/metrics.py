@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ SCALE_SET_LABELS = ("name", "namespace", "repository", "organization", "enterpri
 
 @dataclass(frozen=True)
 class ListenerPodMetrics:
-    #: ARC §4.5: 1 while the listener container runs, 0 on pod create/delete/terminate.
+    #: As ARC: 1 while the listener container runs, 0 on pod create/delete/terminate.
     running_listeners: Gauge
     #: Listener pods deleted to be recreated, by reason (terminated, evicted, pod-failed,
     #: pod-succeeded, spec-drift, config-changed, foreign-owner).
@@ -26,10 +27,8 @@ class ListenerPodMetrics:
         self.running_listeners.labels(*url_labels(al_name, al_namespace, config_url)).set(value)
 
     def forget(self, al_name: str, al_namespace: str, config_url: str) -> None:
-        try:
+        with contextlib.suppress(KeyError):
             self.running_listeners.remove(*url_labels(al_name, al_namespace, config_url))
-        except KeyError:
-            pass
 
 
 def url_labels(name: str, namespace: str, config_url: str) -> tuple[str, str, str, str, str]:

@@ -1,9 +1,9 @@
-"""The AutoscalingListener reconcile: a thin async shell around ``desired.py``.
+"""The AutoscalingListener reconcile: a thin async shell around ``build.py`` and ``decide.py``.
 
 Every decision is taken on objects read with an uncached GET, and every write that depends on
-one carries that read's resourceVersion (or, for deletes, its uid). The whole pass runs inside
-:func:`shared.kube.retry_on_conflict`, so a 409 re-reads everything and decides again, and a
-lock-less write inside it is refused before it is sent. Order (ARC §2.4):
+one carries that read's resourceVersion (or, for deletes, its uid). The controller runs the pass
+under its shared policy (README "Worker runtime"): a 409 re-reads everything and decides again,
+and a lock-less write is refused before it is sent. Order (as ARC's listener reconciler):
 
 1. AL gone → forget it. Deleting → the deletion chain (pod, config + proxy secrets, role binding,
    role, service account; requeue until all are gone; then the finalizer).
@@ -22,28 +22,27 @@ lock-less write inside it is refused before it is sent. Order (ARC §2.4):
 from __future__ import annotations
 
 import base64
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+import dataclasses
+from typing import Any, TypeVar
 
-import msgspec
-
-from services.listener_pod import desired as d
+from services.listener_pod import build, decide
+from services.listener_pod.decide import ListenerPodSettings
 from services.listener_pod.metrics import ListenerPodMetrics, listener_pod_metrics
 from shared.actions import CredentialsError, credentials_from_secret
 from shared.actions.auth import AppCredentials, PersonalAccessToken
-from shared.api import AutoscalingListener, ObjectMeta, validate
+from shared.api import AutoscalingListener, validate
 from shared.api.constants import (
     API_VERSION,
     FINALIZER_AUTOSCALING_LISTENER,
     KIND_AUTOSCALING_LISTENER,
     LISTENER_CONTAINER_NAME,
 )
+from shared.clock import SYSTEM_CLOCK, Clock
 from shared.kube import (
     AUTOSCALING_LISTENERS,
     AUTOSCALING_RUNNER_SETS,
+    CONFIG_MAPS,
+    DONE,
     PODS,
     ROLE_BINDINGS,
     ROLES,
@@ -56,69 +55,63 @@ from shared.kube import (
     DecodeFailed,
     EventRecorder,
     InvolvedObject,
-    KubeClient,
     ObjectKey,
+    ReconcileContext,
     Resource,
     Result,
-    retry_on_conflict,
 )
 from shared.kube.objects import Pod, Secret
 from shared.listener_config import ConfigError, parse_config
 from shared.log import get_logger
+from shared.worker import WorkerContext
 
 log = get_logger(__name__)
 
-#: How long a listener container must have been running before its failure count is forgotten.
-STABLE_RUN_SECONDS = 60.0
-
-
-class ConfigMap(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
-    """core/v1 ConfigMap (the kube layer has no typed view of it; only the TLS CA is read)."""
-
-    api_version: str = "v1"
-    kind: str = "ConfigMap"
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    data: dict[str, str] = {}
-    binary_data: dict[str, str] = {}
-
-
-CONFIG_MAPS: Resource[ConfigMap] = Resource("", "v1", "configmaps", "ConfigMap", ConfigMap)
-
-
-@dataclass
-class ReconcilerOptions:
-    settings: d.ListenerPodSettings = field(default_factory=d.ListenerPodSettings)
-    bus: d.BusPassThrough = field(default_factory=d.BusPassThrough)
-    backoff: d.Backoff = field(default_factory=d.Backoff)
-    #: Re-reconcile every AL this often (picks up GitHub secret rotation; secrets are not watched).
-    resync_seconds: float = 60.0
-    #: Requeue while the deletion chain waits for objects to go.
-    cleanup_requeue_seconds: float = 1.0
-    stable_run_seconds: float = STABLE_RUN_SECONDS
+T = TypeVar("T")
 
 
 class ListenerPodReconciler:
+    """The I/O shell of the listener-pod worker: ``reconcile(key, ctx) -> Result`` for one AL."""
+
     def __init__(
         self,
-        client: KubeClient,
-        options: ReconcilerOptions | None = None,
+        reader: ApiReader,
+        writer: ApiWriter,
+        settings: ListenerPodSettings | None = None,
+        bus: build.BusPassThrough | None = None,
         *,
         recorder: EventRecorder | None = None,
         metrics: ListenerPodMetrics | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.reader = ApiReader(client)
-        self.writer = ApiWriter(client)
-        self.options = options or ReconcilerOptions()
+        self.reader = reader
+        self.writer = writer
+        self.settings = settings or ListenerPodSettings()
+        self.bus = bus or build.BusPassThrough()
         self.recorder = recorder
         self.metrics = metrics or listener_pod_metrics()
         self.clock = clock
-        self.restarts: dict[ObjectKey, d.RestartRecord] = {}
+        self.restarts: dict[ObjectKey, decide.RestartRecord] = {}
+
+    @classmethod
+    def from_context(cls, ctx: WorkerContext, settings: ListenerPodSettings) -> ListenerPodReconciler:
+        """Listener configs carry this worker's own NATS settings (``--listener-nats-url`` overrides the URLs)."""
+        bus = build.BusPassThrough.from_bus_settings(ctx.settings.bus)
+        if settings.nats_urls:
+            bus = dataclasses.replace(bus, servers=settings.nats_urls)
+        return cls(
+            ctx.reader,
+            ctx.writer,
+            settings,
+            bus,
+            recorder=ctx.events,
+            metrics=listener_pod_metrics(ctx.registry),
+        )
 
     # --- entry point -------------------------------------------------------------------------------
 
-    async def reconcile(self, key: ObjectKey) -> Result | None:
-        return await retry_on_conflict(lambda: self._reconcile(key))
+    async def reconcile(self, key: ObjectKey, ctx: ReconcileContext) -> Result:
+        return await self._reconcile(key)
 
     async def _event(self, obj: Any, warning: bool, reason: str, message: str) -> None:
         if self.recorder is None:
@@ -128,7 +121,7 @@ class ListenerPodReconciler:
         else:
             await self.recorder.normal(obj, reason, message)
 
-    async def _reconcile(self, key: ObjectKey) -> Result | None:
+    async def _reconcile(self, key: ObjectKey) -> Result:
         try:
             al = await self.reader.get_or_none(AUTOSCALING_LISTENERS, key)
         except DecodeFailed as exc:
@@ -145,14 +138,14 @@ class ListenerPodReconciler:
                 "InvalidSpec",
                 str(exc),
             )
-            return None
+            return DONE
         if al is None:
             self.restarts.pop(key, None)
-            return None
+            return DONE
         if al.metadata.is_deleting:
             if FINALIZER_AUTOSCALING_LISTENER in al.metadata.finalizers:
                 return await self._cleanup(key, al)
-            return None
+            return DONE
         if FINALIZER_AUTOSCALING_LISTENER not in al.metadata.finalizers:
             al = await self.writer.add_finalizer(AUTOSCALING_LISTENERS, al, FINALIZER_AUTOSCALING_LISTENER)
 
@@ -167,7 +160,7 @@ class ListenerPodReconciler:
                 problems=problems,
             )
             await self._event(al, True, "InvalidSpec", "; ".join(problems))
-            return None
+            return DONE
 
         ars_key = ObjectKey(al.spec.autoscaling_runner_set_namespace, al.spec.autoscaling_runner_set_name)
         ars = await self.reader.get_or_none(AUTOSCALING_RUNNER_SETS, ars_key)
@@ -179,47 +172,47 @@ class ListenerPodReconciler:
                 ars=str(ars_key),
             )
             await self.writer.delete(AUTOSCALING_LISTENERS, key, uid=al.metadata.uid, missing_ok=True)
-            return None
+            return DONE
 
-        settings = self.options.settings
+        settings = self.settings
         await self._ensure_service_account(al, settings)
         await self._ensure_role(al, settings)
         await self._ensure_role_binding(al, settings)
 
         config_rv = await self._ensure_config_secret(al, settings)
         if config_rv is None:
-            return Result(requeue_after=self.options.resync_seconds)
+            return Result(requeue_after=self.settings.resync_seconds)
         return await self._ensure_pod(key, al, settings, config_rv)
 
     # --- RBAC ------------------------------------------------------------------------------------------
 
-    async def _ensure_service_account(self, al: AutoscalingListener, settings: d.ListenerPodSettings) -> None:
-        want = d.desired_service_account(al, settings)
-        key = ObjectKey(al.metadata.namespace, d.service_account_name(al))
+    async def _ensure_service_account(self, al: AutoscalingListener, settings: ListenerPodSettings) -> None:
+        want = build.desired_service_account(al, settings)
+        key = ObjectKey(al.metadata.namespace, build.service_account_name(al))
         live = await self.reader.get_or_none(SERVICE_ACCOUNTS, key)
         if live is None:
             await self._create(SERVICE_ACCOUNTS, want, al)
             return
-        patch = d.metadata_patch(want["metadata"], live.metadata.labels, live.metadata.annotations)
+        patch = decide.metadata_patch(want["metadata"], live.metadata.labels, live.metadata.annotations)
         if patch:
             await self.writer.patch_merge(SERVICE_ACCOUNTS, key, patch, resource_version=live.metadata.resource_version)
 
-    async def _ensure_role(self, al: AutoscalingListener, settings: d.ListenerPodSettings) -> None:
-        want = d.desired_role(al, settings)
-        key = ObjectKey(d.ars_namespace(al), d.role_name(al))
+    async def _ensure_role(self, al: AutoscalingListener, settings: ListenerPodSettings) -> None:
+        want = build.desired_role(al, settings)
+        key = ObjectKey(build.ars_namespace(al), build.role_name(al))
         live = await self.reader.get_or_none(ROLES, key)
         if live is None:
             await self._create(ROLES, want, al)
             return
-        patch = d.metadata_patch(want["metadata"], live.metadata.labels, live.metadata.annotations) or {}
-        if d.rules_differ(want["rules"], live.rules):
+        patch = decide.metadata_patch(want["metadata"], live.metadata.labels, live.metadata.annotations) or {}
+        if decide.rules_differ(want["rules"], live.rules):
             patch["rules"] = want["rules"]
         if patch:
             await self.writer.patch_merge(ROLES, key, patch, resource_version=live.metadata.resource_version)
 
-    async def _ensure_role_binding(self, al: AutoscalingListener, settings: d.ListenerPodSettings) -> None:
-        want = d.desired_role_binding(al, settings)
-        key = ObjectKey(d.ars_namespace(al), d.role_name(al))
+    async def _ensure_role_binding(self, al: AutoscalingListener, settings: ListenerPodSettings) -> None:
+        want = build.desired_role_binding(al, settings)
+        key = ObjectKey(build.ars_namespace(al), build.role_name(al))
         live = await self.reader.get_or_none(ROLE_BINDINGS, key)
         if live is None:
             await self._create(ROLE_BINDINGS, want, al)
@@ -228,13 +221,13 @@ class ListenerPodReconciler:
             # roleRef is immutable: replace the binding (re-created on the next pass).
             await self.writer.delete(ROLE_BINDINGS, key, uid=live.metadata.uid, missing_ok=True)
             return
-        patch = d.metadata_patch(want["metadata"], live.metadata.labels, live.metadata.annotations) or {}
-        if d.subjects_differ(want["subjects"], live.subjects):
+        patch = decide.metadata_patch(want["metadata"], live.metadata.labels, live.metadata.annotations) or {}
+        if decide.subjects_differ(want["subjects"], live.subjects):
             patch["subjects"] = want["subjects"]
         if patch:
             await self.writer.patch_merge(ROLE_BINDINGS, key, patch, resource_version=live.metadata.resource_version)
 
-    async def _create(self, resource: Resource[Any], body: dict[str, Any], al: AutoscalingListener) -> Any:
+    async def _create(self, resource: Resource[T], body: dict[str, Any], al: AutoscalingListener) -> T:
         try:
             created = await self.writer.create(resource, body)
         except AlreadyExists:
@@ -251,9 +244,11 @@ class ListenerPodReconciler:
 
     # --- config secret ------------------------------------------------------------------------------------
 
-    async def _read_config_inputs(self, al: AutoscalingListener) -> tuple[d.Credentials, str, dict[str, str]] | None:
+    async def _read_config_inputs(
+        self, al: AutoscalingListener
+    ) -> tuple[build.Credentials, str, dict[str, str]] | None:
         """Credentials, CA PEM and proxy block; None (after a Warning Event) when an input is bad."""
-        ns = d.ars_namespace(al)
+        ns = build.ars_namespace(al)
         secret_name = al.spec.github_config_secret
         if not secret_name:
             await self._event(al, True, "InvalidSpec", "spec.githubConfigSecret is empty")
@@ -277,10 +272,10 @@ class ListenerPodReconciler:
             await self._event(al, True, "InvalidGitHubSecret", f"secret {ns}/{secret_name}: {exc}")
             return None
         if isinstance(creds, PersonalAccessToken):
-            credentials = d.Credentials(github_token=creds.token)
+            credentials = build.Credentials(github_token=creds.token)
         else:
             assert isinstance(creds, AppCredentials)
-            credentials = d.Credentials(
+            credentials = build.Credentials(
                 github_app_id=str(creds.app_id),
                 github_app_installation_id=int(creds.installation_id),
                 github_app_private_key=creds.private_key,
@@ -307,7 +302,7 @@ class ListenerPodReconciler:
             ca = value
 
         proxy_creds: dict[str, tuple[str, str]] = {}
-        for name in d.proxy_secret_refs(al):
+        for name in build.proxy_secret_refs(al):
             s = await self.reader.get_or_none(SECRETS, ObjectKey(ns, name))
             if s is None:
                 await self._event(
@@ -323,39 +318,39 @@ class ListenerPodReconciler:
                 )
                 return None
             proxy_creds[name] = (user, password)
-        return credentials, ca, d.proxy_settings(al, proxy_creds)
+        return credentials, ca, build.proxy_settings(al, proxy_creds)
 
-    async def _ensure_config_secret(self, al: AutoscalingListener, settings: d.ListenerPodSettings) -> str | None:
+    async def _ensure_config_secret(self, al: AutoscalingListener, settings: ListenerPodSettings) -> str | None:
         """Create or rewrite ``<AL>-config``; return its resourceVersion (None: inputs are bad)."""
         inputs = await self._read_config_inputs(al)
         if inputs is None:
             return None
         credentials, ca, proxy = inputs
         try:
-            cfg = d.listener_config(al, credentials, settings, self.options.bus, server_root_ca=ca, proxy=proxy)
-            config_bytes = d.encode_config(cfg)
+            cfg = build.listener_config(al, credentials, settings, self.bus, server_root_ca=ca, proxy=proxy)
+            config_bytes = build.encode_config(cfg)
             parse_config(config_bytes)  # the listener's own validation: never ship a config it rejects
-        except (d.ConfigProblem, ConfigError) as exc:
+        except (build.ConfigProblem, ConfigError) as exc:
             log.warning(
                 "listener config is invalid", namespace=al.metadata.namespace, name=al.metadata.name, error=str(exc)
             )
             await self._event(al, True, "InvalidListenerConfig", str(exc))
             return None
 
-        want = d.desired_config_secret(al, config_bytes, settings)
-        key = ObjectKey(al.metadata.namespace, d.config_secret_name(al))
+        want = build.desired_config_secret(al, config_bytes, settings)
+        key = ObjectKey(al.metadata.namespace, build.config_secret_name(al))
         live = await self.reader.get_or_none(SECRETS, key)
         labels = {"name": al.metadata.name, "namespace": al.metadata.namespace}
         if live is None:
             created = await self._create(SECRETS, want, al)
             self.metrics.config_writes_total.labels(labels["name"], labels["namespace"], "created").inc()
             return created.metadata.resource_version
-        patch = d.metadata_patch(want["metadata"], live.metadata.labels, live.metadata.annotations) or {}
+        patch = decide.metadata_patch(want["metadata"], live.metadata.labels, live.metadata.annotations) or {}
         try:
-            live_bytes = live.decoded(d.CONFIG_FILE_KEY)
+            live_bytes = live.decoded(build.CONFIG_FILE_KEY)
         except ValueError:
             live_bytes = None
-        changed = d.config_data_differs(config_bytes, live_bytes)
+        changed = decide.config_data_differs(config_bytes, live_bytes)
         if changed:
             patch["data"] = want["data"]
         if not patch:
@@ -382,16 +377,16 @@ class ListenerPodReconciler:
     # --- pod ------------------------------------------------------------------------------------------------
 
     async def _ensure_pod(
-        self, key: ObjectKey, al: AutoscalingListener, settings: d.ListenerPodSettings, config_rv: str
-    ) -> Result | None:
-        opts = self.options
-        want = d.desired_listener_pod(al, settings, config_rv)
-        pod_key = ObjectKey(al.metadata.namespace, d.pod_name(al))
+        self, key: ObjectKey, al: AutoscalingListener, settings: ListenerPodSettings, config_rv: str
+    ) -> Result:
+        opts = self.settings
+        want = build.desired_listener_pod(al, settings, config_rv)
+        pod_key = ObjectKey(al.metadata.namespace, build.pod_name(al))
         url = al.spec.github_config_url
         live = await self.reader.get_or_none(PODS, pod_key)
         if live is None:
             record = self.restarts.get(key)
-            wait = d.next_create_at(record, opts.backoff) - self.clock()
+            wait = decide.next_create_at(record, opts.restart) - self.clock.monotonic()
             if wait > 0:
                 return Result(requeue_after=wait)
             self.metrics.set_running(al.metadata.name, al.metadata.namespace, url, 0)
@@ -399,8 +394,8 @@ class ListenerPodReconciler:
             await self._event(al, False, "ListenerPodCreated", f"created listener pod {pod_key.name}")
             return Result(requeue_after=opts.resync_seconds)
 
-        verdict = d.pod_verdict(live)
-        if verdict.state is d.PodState.TERMINATING:
+        verdict = decide.pod_verdict(live)
+        if verdict.state is decide.PodState.TERMINATING:
             self.metrics.set_running(al.metadata.name, al.metadata.namespace, url, 0)
             return Result(requeue_after=opts.cleanup_requeue_seconds)
 
@@ -409,17 +404,17 @@ class ListenerPodReconciler:
             return await self._recreate(
                 key, al, live, "foreign-owner", "the pod is not controlled by this AutoscalingListener", failure=False
             )
-        if verdict.state is d.PodState.FAILED:
+        if verdict.state is decide.PodState.FAILED:
             return await self._recreate(key, al, live, verdict.reason, verdict.detail, failure=True)
-        drift = d.pod_drift(want, live.spec, live.metadata.annotations)
+        drift = decide.pod_drift(want, live.spec, live.metadata.annotations)
         if drift is not None:
             reason = "config-changed" if drift.startswith("config") else "spec-drift"
             return await self._recreate(key, al, live, reason, drift, failure=False)
 
-        patch = d.pod_metadata_patch(want, live.metadata.labels, live.metadata.annotations)
+        patch = decide.pod_metadata_patch(want, live.metadata.labels, live.metadata.annotations)
         if patch:
             await self.writer.patch_merge(PODS, pod_key, patch, resource_version=live.metadata.resource_version)
-        running = verdict.state is d.PodState.RUNNING
+        running = verdict.state is decide.PodState.RUNNING
         self.metrics.set_running(al.metadata.name, al.metadata.namespace, url, 1 if running else 0)
         if running:
             self._maybe_forget_failures(key, live)
@@ -433,7 +428,7 @@ class ListenerPodReconciler:
         started = cs.state.running.started_at if cs is not None and cs.state.running is not None else None
         if started is None:
             return
-        if (datetime.now(UTC) - started).total_seconds() >= self.options.stable_run_seconds:
+        if (self.clock.now() - started).total_seconds() >= self.settings.stable_run_seconds:
             self.restarts.pop(key, None)
 
     async def _recreate(
@@ -448,12 +443,12 @@ class ListenerPodReconciler:
         )
         self.metrics.recreations_total.labels(name, ns, reason).inc()
         self.metrics.set_running(name, ns, al.spec.github_config_url, 0)
-        wait = self.options.cleanup_requeue_seconds
+        wait = self.settings.cleanup_requeue_seconds
         if failure:
-            record = self.restarts.setdefault(key, d.RestartRecord())
+            record = self.restarts.setdefault(key, decide.RestartRecord())
             record.failures += 1
-            record.last_failure = self.clock()
-            wait = max(wait, self.options.backoff.delay(record.failures))
+            record.last_failure = self.clock.monotonic()
+            wait = max(wait, decide.restart_delay(record.failures, self.settings.restart))
             await self._event(
                 al,
                 True,
@@ -466,16 +461,19 @@ class ListenerPodReconciler:
 
     # --- deletion chain -------------------------------------------------------------------------------------
 
-    async def _cleanup(self, key: ObjectKey, al: AutoscalingListener) -> Result | None:
-        ns, ars_ns = al.metadata.namespace, d.ars_namespace(al)
+    async def _cleanup(self, key: ObjectKey, al: AutoscalingListener) -> Result:
+        ns, ars_ns = al.metadata.namespace, build.ars_namespace(al)
         steps: list[tuple[Resource[Any], ObjectKey]] = [
-            (PODS, ObjectKey(ns, d.pod_name(al))),
-            (SECRETS, ObjectKey(ns, d.config_secret_name(al))),
-            (SECRETS, ObjectKey(ns, d.proxy_secret_name(al))),
+            (PODS, ObjectKey(ns, build.pod_name(al))),
+            (SECRETS, ObjectKey(ns, build.config_secret_name(al))),
+            (SECRETS, ObjectKey(ns, build.proxy_secret_name(al))),
         ]
         if ars_ns:
-            steps += [(ROLE_BINDINGS, ObjectKey(ars_ns, d.role_name(al))), (ROLES, ObjectKey(ars_ns, d.role_name(al)))]
-        steps.append((SERVICE_ACCOUNTS, ObjectKey(ns, d.service_account_name(al))))
+            steps += [
+                (ROLE_BINDINGS, ObjectKey(ars_ns, build.role_name(al))),
+                (ROLES, ObjectKey(ars_ns, build.role_name(al))),
+            ]
+        steps.append((SERVICE_ACCOUNTS, ObjectKey(ns, build.service_account_name(al))))
         remaining = []
         for resource, obj_key in steps:
             obj = await self.reader.get_or_none(resource, obj_key)
@@ -488,9 +486,9 @@ class ListenerPodReconciler:
                 await self.writer.delete(resource, obj_key, uid=obj.metadata.uid, missing_ok=True)
         if remaining:
             log.debug("waiting for listener resources to go", namespace=ns, name=al.metadata.name, remaining=remaining)
-            return Result(requeue_after=self.options.cleanup_requeue_seconds)
+            return Result(requeue_after=self.settings.cleanup_requeue_seconds)
         await self.writer.remove_finalizer(AUTOSCALING_LISTENERS, al, FINALIZER_AUTOSCALING_LISTENER)
         self.metrics.forget(al.metadata.name, ns, al.spec.github_config_url)
         self.restarts.pop(key, None)
         log.info("listener resources cleaned up; finalizer removed", namespace=ns, name=al.metadata.name)
-        return None
+        return DONE

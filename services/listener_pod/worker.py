@@ -1,24 +1,23 @@
-"""The ``runnerscale listener-pod`` process: flags, and the controller wiring on the worker runtime.
+"""The listener-pod worker, declared for the shared runtime (README "listener-pod worker").
 
     runnerscale listener-pod [worker flags] [--listener-image IMG] [--listener-metrics-addr :8080] ...
+    async with running_worker(WORKER.name, settings, WORKER.setup(ListenerPodSettings(...))) as w: ...
 
-Tests run it in-process: ``running_worker("listener-pod", settings, make_setup(options))``.
+Controller ``autoscalinglistener``: For AutoscalingListeners, Owns their pods and service
+accounts, Watches roles and role bindings (ARS namespace, no owner reference: by ARC's labels)
+and the AutoscalingRunnerSets they name (only their disappearance), woken by
+``runnerscale.changes.autoscalinglistener.>`` on the bus, and requeued every ``--resync-period``
+(GitHub secrets are not watched, as in ARC).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
-from services.listener_pod import desired as d
-from services.listener_pod.metrics import listener_pod_metrics
-from services.listener_pod.reconciler import ListenerPodReconciler, ReconcilerOptions
+from services.listener_pod.decide import ListenerPodSettings
+from services.listener_pod.reconciler import ListenerPodReconciler
 from shared.api.constants import (
     COMPONENT_LISTENER,
     KIND_AUTOSCALING_LISTENER,
@@ -37,15 +36,14 @@ from shared.kube import (
     SERVICE_ACCOUNTS,
     Change,
     ChangeType,
-    Controller,
     ObjectKey,
+    Source,
     Watches,
 )
-from shared.worker import SettingsError, WorkerContext, add_worker_arguments, load_worker_settings, run_worker
-from shared.worker.runtime import Setup
+from shared.worker import Owned, Route, WorkerContext, WorkerSpec, worker_main
 
-NAME = "listener-pod"
-CONTROLLER_NAME = "autoscalinglistener"
+__all__ = ["WORKER", "ListenerPodSettings", "WhenGone", "listener_key_from_labels", "main"]
+
 POD_SELECTOR = f"{LABEL_COMPONENT}={COMPONENT_LISTENER}"
 
 
@@ -69,172 +67,48 @@ class WhenGone(Watches):
         return ()
 
 
-def make_setup(options: ReconcilerOptions | None = None, *, pass_bus_settings: bool = True) -> Setup:
-    """The worker's setup: one controller over AutoscalingListeners, woken by their pods, service
-    accounts, roles and role bindings, their AutoscalingRunnerSets, by ``runnerscale.changes.autoscalinglistener.>`` on the bus,
-    and by a periodic resync (GitHub secrets are not watched, as in ARC)."""
-    base = options or ReconcilerOptions()
+def watches(ctx: WorkerContext, settings: ListenerPodSettings) -> list[Source]:
+    """Roles and role bindings (no owner reference: by labels) and the ARSs the listeners name."""
+    als = ctx.informers(AUTOSCALING_LISTENERS)
 
-    def setup(ctx: WorkerContext) -> list[Controller]:
-        opts = base
-        if pass_bus_settings and not opts.bus.servers:
-            opts = replace(opts, bus=d.BusPassThrough.from_bus_settings(ctx.settings.bus))
-        reconciler = ListenerPodReconciler(
-            ctx.kube, opts, recorder=ctx.events, metrics=listener_pod_metrics(ctx.registry)
-        )
-        als = ctx.informers(AUTOSCALING_LISTENERS)
-        arss = ctx.informers(AUTOSCALING_RUNNER_SETS)
-
-        def listeners_of_runner_set(ars: Any) -> list[ObjectKey]:
-            """ARS → the ALs that name it (an ARS deleted without the scale-set worker's cleanup
-            must still take its listener down promptly)."""
-            if ars is None:
-                return []
-            ns, name = ars.metadata.namespace, ars.metadata.name
-            return [
-                ObjectKey(al.metadata.namespace, al.metadata.name)
-                for informer in als
-                for al in informer.list_cached()
-                if al.spec.autoscaling_runner_set_namespace == ns and al.spec.autoscaling_runner_set_name == name
-            ]
-
-        pods = ctx.informers(PODS, label_selector=POD_SELECTOR)
-        sas = ctx.informers(SERVICE_ACCOUNTS, label_selector=LABEL_SCALE_SET_NAME)
-        rbac = [
-            *ctx.informers(ROLES, label_selector=LABEL_LISTENER_NAME),
-            *ctx.informers(ROLE_BINDINGS, label_selector=LABEL_LISTENER_NAME),
+    def listeners_of_runner_set(ars: Any) -> list[ObjectKey]:
+        """ARS → the ALs that name it (an ARS deleted without the scale-set worker's cleanup
+        must still take its listener down promptly)."""
+        if ars is None:
+            return []
+        ns, name = ars.metadata.namespace, ars.metadata.name
+        return [
+            ObjectKey(al.metadata.namespace, al.metadata.name)
+            for informer in als
+            for al in informer.list_cached()
+            if al.spec.autoscaling_runner_set_namespace == ns and al.spec.autoscaling_runner_set_name == name
         ]
-        controller = ctx.controller(
-            CONTROLLER_NAME,
-            reconciler.reconcile,
-            [
-                *ctx.for_(als),
-                *ctx.owns(pods, KIND_AUTOSCALING_LISTENER),
-                *ctx.owns(sas, KIND_AUTOSCALING_LISTENER),
-                *[Watches(i, listener_key_from_labels) for i in rbac],
-                *[WhenGone(i, listeners_of_runner_set) for i in arss],
-            ],
-        )
-        ctx.route(subjects.LISTENER_POD_CHANGES, controller)
-        ctx.listener_pod_reconciler = reconciler  # for tests and introspection
-        return [controller]
 
-    return setup
+    rbac = [
+        *ctx.informers(ROLES, label_selector=LABEL_LISTENER_NAME),
+        *ctx.informers(ROLE_BINDINGS, label_selector=LABEL_LISTENER_NAME),
+    ]
+    return [
+        *[Watches(i, listener_key_from_labels) for i in rbac],
+        *[WhenGone(i, listeners_of_runner_set) for i in ctx.informers(AUTOSCALING_RUNNER_SETS)],
+    ]
 
 
-# --- CLI -----------------------------------------------------------------------------------------------
-
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name) or default
-
-
-def add_listener_pod_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("listener pods")
-    g.add_argument(
-        "--listener-image",
-        default=_env("RUNNERSCALE_LISTENER_IMAGE", d.ListenerPodSettings.image),
-        help="listener image when the AL's spec.image is empty [env RUNNERSCALE_LISTENER_IMAGE]",
-    )
-    g.add_argument(
-        "--listener-metrics-addr",
-        default=_env("RUNNERSCALE_LISTENER_METRICS_ADDR", ":8080"),
-        help="listener /metrics address; '0' disables (no port, empty metrics_addr) [env RUNNERSCALE_LISTENER_METRICS_ADDR]",
-    )
-    g.add_argument(
-        "--listener-metrics-endpoint",
-        default=_env("RUNNERSCALE_LISTENER_METRICS_ENDPOINT", "/metrics"),
-        help="listener metrics path",
-    )
-    g.add_argument(
-        "--listener-health-addr",
-        default=_env("RUNNERSCALE_LISTENER_HEALTH_ADDR", ":8081"),
-        help="listener /healthz /readyz address (liveness/readiness probes); '0' disables [env RUNNERSCALE_LISTENER_HEALTH_ADDR]",
-    )
-    g.add_argument(
-        "--listener-log-level",
-        default=_env("RUNNERSCALE_LISTENER_LOG_LEVEL", "info"),
-        help="log level written into the listener config",
-    )
-    g.add_argument(
-        "--listener-nats-url",
-        action="append",
-        default=None,
-        help="NATS URL(s) written into the listener config (default: this worker's --nats-url)",
-    )
-    g.add_argument(
-        "--exclude-label-propagation-prefix",
-        action="append",
-        default=[],
-        help="label key prefix not copied to derived objects (repeatable)",
-    )
-    g.add_argument(
-        "--resync-period",
-        type=float,
-        default=float(_env("RUNNERSCALE_LISTENER_RESYNC_SECONDS", "60")),
-        help="seconds between re-reconciles of every AL (GitHub secret rotation)",
-    )
-    g.add_argument(
-        "--listener-restart-backoff",
-        type=float,
-        default=1.0,
-        help="base seconds of the backoff between recreations of a failing listener pod",
-    )
-    g.add_argument("--listener-restart-backoff-max", type=float, default=60.0, help="cap of that backoff")
-    g.add_argument(
-        "--node-sim-exec",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="annotate pods runnerscale.dev/node-sim-exec=true (the embedded node simulator runs them as processes)",
-    )
-
-
-def options_from_args(args: argparse.Namespace) -> ReconcilerOptions:
-    for flag, value in (
-        ("--resync-period", args.resync_period),
-        ("--listener-restart-backoff", args.listener_restart_backoff),
-        ("--listener-restart-backoff-max", args.listener_restart_backoff_max),
-    ):
-        if value <= 0:
-            raise SettingsError(flag, f"must be > 0, got {value}")
-    for flag, addr in (
-        ("--listener-metrics-addr", args.listener_metrics_addr),
-        ("--listener-health-addr", args.listener_health_addr),
-    ):
-        if d.enabled_addr(addr) and not d.addr_port(addr) and not addr.endswith(":0"):
-            raise SettingsError(flag, f"{addr!r} is not a host:port address")
-    settings = d.ListenerPodSettings(
-        image=args.listener_image,
-        metrics_addr=args.listener_metrics_addr,
-        metrics_endpoint=args.listener_metrics_endpoint,
-        health_addr=args.listener_health_addr,
-        log_level=args.listener_log_level,
-        exclude_label_prefixes=tuple(args.exclude_label_propagation_prefix or ()),
-        node_sim_exec=args.node_sim_exec,
-    )
-    return ReconcilerOptions(
-        settings=settings,
-        backoff=d.Backoff(base=args.listener_restart_backoff, cap=args.listener_restart_backoff_max),
-        resync_seconds=args.resync_period,
-    )
+WORKER: WorkerSpec[ListenerPodSettings, ListenerPodReconciler] = WorkerSpec(
+    name="listener-pod",
+    controller="autoscalinglistener",
+    summary="reconcile AutoscalingListeners into listener pods",
+    settings=ListenerPodSettings,
+    reconciler=ListenerPodReconciler.from_context,
+    primary=AUTOSCALING_LISTENERS,
+    owned=(
+        Owned(PODS, KIND_AUTOSCALING_LISTENER, label_selector=POD_SELECTOR),
+        Owned(SERVICE_ACCOUNTS, KIND_AUTOSCALING_LISTENER, label_selector=LABEL_SCALE_SET_NAME),
+    ),
+    watches=watches,
+    routes=(Route(subjects.LISTENER_POD_CHANGES),),
+)
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog=f"runnerscale {NAME}", description="reconcile AutoscalingListeners into listener pods"
-    )
-    add_worker_arguments(parser)
-    add_listener_pod_arguments(parser)
-    args = parser.parse_args(list(argv))
-    try:
-        settings = load_worker_settings(args)
-        options = options_from_args(args)
-    except SettingsError as exc:
-        print(f"runnerscale {NAME}: {exc}", file=sys.stderr)
-        return 2
-    if args.listener_nats_url:
-        options = replace(
-            options,
-            bus=replace(d.BusPassThrough.from_bus_settings(settings.bus), servers=tuple(args.listener_nats_url)),
-        )
-    return anyio.run(run_worker, NAME, settings, make_setup(options))
+    return worker_main(WORKER, argv)

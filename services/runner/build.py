@@ -1,5 +1,5 @@
 """Pure builders of the objects an EphemeralRunner owns: the JIT config Secret and the runner pod
-(arc-controllers.md §3.4). No I/O; every function returns a JSON tree ready to POST.
+(as ARC's resource builder makes them). No I/O; every function returns a JSON tree ready to POST.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -24,6 +24,7 @@ from shared.api.constants import (
     LABEL_POD_TEMPLATE_HASH,
     RUNNER_CONTAINER_NAME,
 )
+from shared.api.names import filter_labels
 
 JsonTree = dict[str, Any]
 
@@ -51,12 +52,6 @@ def owner_reference(er: EphemeralRunner) -> JsonTree:
     }
 
 
-def filter_labels(labels: Mapping[str, str] | None, exclude_prefixes: Iterable[str] = ()) -> dict[str, str]:
-    """ARC's ``filterAndMergeLabels`` filter: drop keys starting with any excluded prefix."""
-    prefixes = tuple(p for p in exclude_prefixes if p)
-    return {k: v for k, v in (labels or {}).items() if not (prefixes and k.startswith(prefixes))}
-
-
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
@@ -69,7 +64,7 @@ def build_jit_secret(
     encoded_jit_config: str,
     exclude_label_prefixes: Iterable[str] = (),
 ) -> JsonTree:
-    """The Secret ``<ER name>`` holding the JIT config, owned by the ER (§3.4)."""
+    """The Secret ``<ER name>`` holding the JIT config, owned by the ER."""
     meta = er.spec.ephemeral_runner_config_secret_metadata
     metadata: JsonTree = {
         "name": er.metadata.name,
@@ -141,7 +136,7 @@ def build_runner_pod(
     user_agent: str = "runnerscale",
     exclude_label_prefixes: Iterable[str] = (),
 ) -> JsonTree:
-    """The runner pod ``<ER name>`` built from the ER's inlined pod template (§3.4).
+    """The runner pod ``<ER name>`` built from the ER's inlined pod template.
 
     - labels: ER labels + template labels + ``actions-ephemeral-runner: True`` + ``pod-template-hash``;
     - annotations: ER annotations + template annotations, and the ER's actionable revision wins

@@ -1,7 +1,7 @@
 """Pure decisions of the runner worker: what to do with an EphemeralRunner given its pod.
 
 Every function here is deterministic in its arguments (``now`` is passed in) and does no I/O, so
-the whole failure tree of arc-controllers.md §2.3 step 10 and §8.4 is unit-tested without servers
+the whole failure tree of ARC's EphemeralRunner reconciler (README "runner worker") is unit-tested without servers
 (tests/unit/test_runner_worker_decide.py). The async shell (:mod:`services.runner.reconciler`)
 re-reads the objects, calls these, and performs the one write they ask for.
 """
@@ -11,12 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+import msgspec
 
 from services.runner import jobs
 from shared.api import EphemeralRunner, EphemeralRunnerStatus
 from shared.api.constants import ANNOTATION_FAILED_AT, RUNNER_CONTAINER_NAME, RUNNER_EXIT_CODE_VERSION_DEPRECATED
 from shared.kube.objects import Pod, kube_time
+from shared.settings import InvalidSetting, option
 
 JsonTree = dict[str, Any]
 
@@ -33,36 +36,120 @@ FAILURE_DELETE_REASONS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class RunnerSettings:
-    """Timing and limits of the runner worker (flags in :mod:`services.runner.worker`)."""
+class RunnerSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Timing and limits of the runner worker (flags: README "runner worker")."""
 
-    failure_backoff: tuple[float, ...] = ARC_FAILURE_BACKOFF
-    max_failures: int = ARC_MAX_FAILURES  # more failures than this → the ER is deleted (replaced)
-    job_still_running_requeue: float = 30.0  # deleting a busy runner: ask the service again after
-    removal_give_up_after: float = 600.0  # deleting, pod gone, service still says busy: give up after (0 = never)
-    pod_start_deadline: float = 900.0  # a pod not up this long after creation → delete the ER (0 = never)
-    hung_after_job_grace: float = 120.0  # runner still up this long after its job completed → delete (0 = never)
-    quota_retry: float = 30.0  # pod create forbidden by a quota: try again after
-    quota_give_up_after: float = 600.0  # ... and delete the ER once it is older than this
+    settings_title: ClassVar[str] = "runner"
+
+    failure_backoff: Annotated[
+        tuple[float, ...],
+        option(
+            "--failure-backoff",
+            "RUNNERSCALE_RUNNER_FAILURE_BACKOFF",
+            "seconds to wait before recreating a failed pod, by failure count, comma-separated (ARC: 0,5,10,20,40,80)",
+        ),
+    ] = ARC_FAILURE_BACKOFF
+    # More failures than this → the ER is deleted (replaced).
+    max_failures: Annotated[
+        int,
+        option(
+            "--max-failures",
+            "RUNNERSCALE_RUNNER_MAX_FAILURES",
+            "pod failures tolerated without a job; one more deletes the EphemeralRunner (ARC: 5)",
+        ),
+    ] = ARC_MAX_FAILURES
+    # Deleting a busy runner: ask the service again after this.
+    job_still_running_requeue: Annotated[
+        float,
+        option(
+            "--job-still-running-requeue",
+            "RUNNERSCALE_RUNNER_JOB_STILL_RUNNING_REQUEUE",
+            "seconds between removal attempts of a deleting runner that still has a job",
+        ),
+    ] = 30.0
+    # Deleting, pod gone, service still says busy: give up after this (0 = never).
+    removal_give_up_after: Annotated[
+        float,
+        option(
+            "--removal-give-up-after",
+            "RUNNERSCALE_RUNNER_REMOVAL_GIVE_UP_AFTER",
+            "seconds after which a deleting runner whose pod is gone is released even if the service still"
+            " refuses removal (0 = never)",
+        ),
+    ] = 600.0
+    # A pod not up this long after creation → delete the ER (0 = never).
+    pod_start_deadline: Annotated[
+        float,
+        option(
+            "--pod-start-deadline",
+            "RUNNERSCALE_RUNNER_POD_START_DEADLINE",
+            "seconds a runner pod may stay Pending before its runner is deleted and unregistered (0 = never)",
+        ),
+    ] = 900.0
+    # Runner still up this long after its job completed → delete (0 = never).
+    hung_after_job_grace: Annotated[
+        float,
+        option(
+            "--hung-after-job-grace",
+            "RUNNERSCALE_RUNNER_HUNG_AFTER_JOB_GRACE",
+            "seconds a runner may stay up after the service reported its job completed (0 = never)",
+        ),
+    ] = 120.0
+    # Pod create forbidden by a quota: try again after this ...
+    quota_retry: Annotated[
+        float,
+        option(
+            "--quota-retry",
+            "RUNNERSCALE_RUNNER_QUOTA_RETRY",
+            "seconds between pod creation attempts refused by a ResourceQuota",
+        ),
+    ] = 30.0
+    # ... and delete the ER once it is older than this.
+    quota_give_up_after: Annotated[
+        float,
+        option(
+            "--quota-give-up-after",
+            "RUNNERSCALE_RUNNER_QUOTA_GIVE_UP_AFTER",
+            "age of an EphemeralRunner after which a quota refusal deletes it",
+        ),
+    ] = 600.0
+    exclude_label_prefixes: Annotated[
+        tuple[str, ...],
+        option(
+            "--exclude-label-propagation-prefix",
+            "RUNNERSCALE_EXCLUDE_LABEL_PROPAGATION_PREFIXES",
+            "label key prefix not copied onto runner pods and secrets (repeatable)",
+            metavar="PREFIX",
+        ),
+    ] = ()
     already_exists_requeue: float = 5.0  # pod create answered AlreadyExists (a deleting namesake)
     runner_exists_requeue: float = 1.0  # JIT name collision resolved: generate again after
     actions_call_timeout: float = 120.0  # outer deadline of one Actions step (the client has its own)
 
     def __post_init__(self) -> None:
         if not self.failure_backoff:
-            raise ValueError("failure_backoff needs at least one entry")
+            raise InvalidSetting("failure_backoff", "needs at least one entry")
         if any(b < 0 for b in self.failure_backoff):
-            raise ValueError("failure_backoff entries must be >= 0")
+            raise InvalidSetting("failure_backoff", "entries must be >= 0")
         if self.max_failures < 0:
-            raise ValueError("max_failures must be >= 0")
+            raise InvalidSetting("max_failures", "must be >= 0")
+        for name in (
+            "job_still_running_requeue",
+            "removal_give_up_after",
+            "pod_start_deadline",
+            "hung_after_job_grace",
+            "quota_retry",
+            "quota_give_up_after",
+        ):
+            if getattr(self, name) < 0:
+                raise InvalidSetting(name, f"must be >= 0, got {getattr(self, name)}")
 
     def backoff_for(self, failures: int) -> float:
         """The wait before recreating a pod after ``failures`` failures (last entry repeats)."""
         return self.failure_backoff[min(max(failures, 0), len(self.failure_backoff) - 1)]
 
 
-# --- pod outcome (§2.3 step 10) -------------------------------------------------------------------
+# --- pod outcome (ARC's outcome table) -------------------------------------------------------------------
 
 
 class PodOutcome(StrEnum):
@@ -237,7 +324,9 @@ def _seconds_since(then: datetime | None, now: datetime) -> float | None:
     return (now - then).total_seconds()
 
 
-def _start_deadline(er: EphemeralRunner, pod: Pod, now: datetime, settings: RunnerSettings) -> Decision | float | None:
+def _start_deadline(
+    er: EphemeralRunner, pod: Pod, now: datetime, settings: RunnerSettings
+) -> DeleteRunner | float | None:
     """DeleteRunner when the pod has not come up within the deadline; else the seconds left."""
     if settings.pod_start_deadline <= 0 or _status(er).has_job():
         return None
@@ -257,7 +346,9 @@ def _start_deadline(er: EphemeralRunner, pod: Pod, now: datetime, settings: Runn
     return settings.pod_start_deadline - age
 
 
-def _hung_after_job(er: EphemeralRunner, pod: Pod, now: datetime, settings: RunnerSettings) -> Decision | float | None:
+def _hung_after_job(
+    er: EphemeralRunner, pod: Pod, now: datetime, settings: RunnerSettings
+) -> DeleteRunner | float | None:
     """Better than ARC (ARC#4603): the service said the job completed, yet the runner has not
     exited within the grace period → the runner is hung; delete it so the slot comes back."""
     if settings.hung_after_job_grace <= 0:
@@ -275,7 +366,7 @@ def _hung_after_job(er: EphemeralRunner, pod: Pod, now: datetime, settings: Runn
 
 
 def decide_pod(er: EphemeralRunner, pod: Pod, now: datetime, settings: RunnerSettings) -> Decision:
-    """What to do about an existing runner pod (§2.3 step 10, plus the start deadline)."""
+    """What to do about an existing runner pod (ARC's outcome table, plus the start deadline)."""
     outcome = classify_pod(pod)
     if outcome is PodOutcome.SUCCEEDED:
         return DeleteRunner("RunnerSucceeded", f"runner container of pod {pod.metadata.name} exited 0")

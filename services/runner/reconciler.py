@@ -1,15 +1,14 @@
-"""The async shell of the runner worker: read authoritatively, decide (pure), write once.
+"""The async shell of the runner worker: read authoritatively, decide (pure), write.
 
 Every pass re-reads the EphemeralRunner with an uncached GET and every write that depends on it
 carries that read's resourceVersion (or, for deletes, the uid precondition of the object read).
-A pass runs inside :func:`retry_on_conflict`: a 409 re-reads and decides again, and a write
-without a precondition in here is refused before it is sent.
+The controller runs each pass under its shared policy (README "Worker runtime"): a 409 re-reads
+and decides again, and a write without a precondition is refused before it is sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, datetime
+import contextlib
 from typing import Any, Protocol
 
 import anyio
@@ -33,8 +32,11 @@ from shared.api.constants import (
     LABEL_RUNNER_POD,
     LABEL_SCALE_SET_NAME,
 )
+from shared.bus import Delivery
 from shared.bus.messages import JobCompleted, JobStarted
+from shared.clock import SYSTEM_CLOCK, Clock
 from shared.kube import (
+    DONE,
     EPHEMERAL_RUNNERS,
     PODS,
     SECRETS,
@@ -48,19 +50,17 @@ from shared.kube import (
     InvolvedObject,
     KubeError,
     ObjectKey,
+    ReconcileContext,
+    Resource,
     Result,
     retry_on_conflict,
 )
 from shared.kube.objects import Pod, Secret, SecretDataError
 from shared.log import get_logger
+from shared.version import version
+from shared.worker import WorkerContext
 
 log = get_logger(__name__)
-
-Clock = Callable[[], datetime]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class ClientSource(Protocol):
@@ -72,7 +72,7 @@ class ClientSource(Protocol):
 class _Stop(Exception):
     """Internal: end this pass with ``result``."""
 
-    def __init__(self, result: Result | None) -> None:
+    def __init__(self, result: Result) -> None:
         self.result = result
 
 
@@ -92,9 +92,9 @@ class RunnerReconciler:
         settings: RunnerSettings | None = None,
         *,
         user_agent: str = "runnerscale",
-        exclude_label_prefixes: tuple[str, ...] = (),
         metrics: RunnerMetrics | None = None,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
+        namespaces: tuple[str, ...] = (),
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -102,24 +102,45 @@ class RunnerReconciler:
         self.clients = clients
         self.settings = settings or RunnerSettings()
         self.user_agent = user_agent
-        self.exclude_label_prefixes = exclude_label_prefixes
+        self.exclude_label_prefixes = self.settings.exclude_label_prefixes
         self.metrics = metrics or runner_metrics()
         self.clock = clock
+        self.namespaces = namespaces  # job events of other namespaces are ignored (--watch-namespace)
+
+    @classmethod
+    def from_context(cls, ctx: WorkerContext, settings: RunnerSettings) -> RunnerReconciler:
+        return cls(
+            ctx.reader,
+            ctx.writer,
+            ctx.events,
+            ctx.actions,
+            settings,
+            user_agent=f"runnerscale/{version()}",
+            metrics=runner_metrics(ctx.registry),
+            namespaces=ctx.settings.namespaces,
+        )
 
     # --- entry points ---------------------------------------------------------------------------
 
-    async def reconcile(self, key: ObjectKey) -> Result | None:
-        return await retry_on_conflict(lambda: self._pass(key))
-
-    async def _pass(self, key: ObjectKey) -> Result | None:
+    async def reconcile(self, key: ObjectKey, ctx: ReconcileContext) -> Result:
         try:
             return await self._reconcile(key)
         except _Stop as stop:
             return stop.result
 
+    async def on_job(self, delivery: Delivery) -> None:
+        """A job event from the bus (any replica may record it; raising naks: redelivered)."""
+        message = delivery.message
+        if not isinstance(message, (JobStarted, JobCompleted)):
+            log.warning("unexpected message on the jobs consumer; ignored", subject=delivery.subject)
+            return
+        if self.namespaces and message.scale_set.namespace not in self.namespaces:
+            return
+        await self.handle_job_event(message)
+
     # --- the reconcile ---------------------------------------------------------------------------
 
-    async def _reconcile(self, key: ObjectKey) -> Result | None:
+    async def _reconcile(self, key: ObjectKey) -> Result:
         try:
             er = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
         except DecodeFailed as exc:
@@ -135,15 +156,15 @@ class RunnerReconciler:
                 name=key.name,
                 error=str(exc),
             )
-            return None
+            return DONE
         if er is None:
-            return None
+            return DONE
         if er.metadata.is_deleting:
             return await self._finalize(er)
         status = er.status or EphemeralRunnerStatus()
         if status.is_done():
             await self._cleanup_resources(er)
-            return None
+            return DONE
         er = await self._ensure_finalizers(er)
         if not status.runner_id:
             problems = validate(er)
@@ -151,13 +172,13 @@ class RunnerReconciler:
                 message = "invalid EphemeralRunner: " + "; ".join(f"{p.path}: {p.message}" for p in problems)
                 await self._write_failed(er, "InvalidSpec", message)
                 await self.events.warning(er, "InvalidSpec", message)
-                return None
+                return DONE
         secret = await self._ensure_secret(er)
         er = await self._ensure_runner_id(er, secret)
         if decide.too_many_failures(er, self.settings):
             return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings))
         pod = await self.reader.get_or_none(PODS, key)
-        now = self.clock()
+        now = self.clock.now()
         decision = (
             decide.decide_missing_pod(er, now, self.settings)
             if pod is None
@@ -252,7 +273,7 @@ class RunnerReconciler:
         await self.writer.delete(SECRETS, key, uid=existing.metadata.uid, missing_ok=True)
         raise _Stop(Result(requeue_after=0.0))
 
-    async def _resolve_name_collision(self, er: EphemeralRunner, client: ActionsClient) -> Result | None:
+    async def _resolve_name_collision(self, er: EphemeralRunner, client: ActionsClient) -> Result:
         """ARC: RunnerExists → look the name up: gone → retry; same scale set → remove and retry;
         another scale set → the name is taken for good: delete the ER."""
         name = er.metadata.name
@@ -260,10 +281,8 @@ class RunnerReconciler:
         if found is None:
             return Result(requeue_after=self.settings.runner_exists_requeue)
         if found.runner_scale_set_id == er.spec.runner_scale_set_id:
-            try:
+            with contextlib.suppress(RunnerNotFoundError):
                 await client.remove_runner(found.id)
-            except RunnerNotFoundError:
-                pass
             await self.events.normal(
                 er,
                 "StaleRegistrationRemoved",
@@ -276,7 +295,7 @@ class RunnerReconciler:
             f"runner name {name} is registered in scale set {found.runner_scale_set_id}, not {er.spec.runner_scale_set_id}; deleting the EphemeralRunner",
         )
         await self._delete_er(er, "RunnerNameTaken")
-        return None
+        return DONE
 
     async def _ensure_runner_id(self, er: EphemeralRunner, secret: Secret) -> EphemeralRunner:
         status = er.status or EphemeralRunnerStatus()
@@ -305,7 +324,7 @@ class RunnerReconciler:
 
     # --- applying a decision ------------------------------------------------------------------------
 
-    async def _apply(self, er: EphemeralRunner, pod: Pod | None, decision: decide.Decision) -> Result | None:
+    async def _apply(self, er: EphemeralRunner, pod: Pod | None, decision: decide.Decision) -> Result:
         key = EPHEMERAL_RUNNERS.key_of(er)
         match decision:
             case decide.DeleteRunner(reason=reason, message=message):
@@ -314,7 +333,7 @@ class RunnerReconciler:
                 else:
                     await self.events.warning(er, reason, message)
                 await self._delete_er(er, reason)
-                return None
+                return DONE
             case decide.RecordFailure(reason=reason, message=message, status_patch=patch):
                 assert pod is not None
                 if patch is not None:
@@ -332,7 +351,7 @@ class RunnerReconciler:
                     )
                 if not pod.metadata.is_deleting:
                     await self.writer.delete(PODS, key, uid=pod.metadata.uid, missing_ok=True)
-                return None
+                return DONE
             case decide.MarkFailed(reason=reason, message=message):
                 return await self._mark_failed(er, message, reason)
             case decide.MarkOutdated(status_patch=patch):
@@ -347,19 +366,19 @@ class RunnerReconciler:
                 )
                 await self._remove_best_effort(er)
                 await self._cleanup_resources(er)
-                return None
+                return DONE
             case decide.PatchStatus(status_patch=patch, requeue_after=after):
                 await self.writer.patch_status(
                     EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
                 )
-                return Result(requeue_after=after) if after is not None else None
+                return Result(requeue_after=after) if after is not None else DONE
             case decide.CreatePod():
                 return await self._create_pod(er)
             case decide.Wait(requeue_after=after):
-                return Result(requeue_after=after) if after is not None else None
+                return Result(requeue_after=after) if after is not None else DONE
         raise AssertionError(f"unknown decision {decision!r}")
 
-    async def _create_pod(self, er: EphemeralRunner) -> Result | None:
+    async def _create_pod(self, er: EphemeralRunner) -> Result:
         try:
             body = build.build_runner_pod(
                 er, user_agent=self.user_agent, exclude_label_prefixes=self.exclude_label_prefixes
@@ -375,17 +394,17 @@ class RunnerReconciler:
         except Forbidden as exc:
             if "exceeded quota:" in exc.message:
                 await self.events.warning(er, "ExceededQuota", exc.message)
-                decision = decide.quota_decision(er, self.clock(), self.settings)
+                decision = decide.quota_decision(er, self.clock.now(), self.settings)
                 return await self._apply(er, None, decision)
             return await self._mark_failed(er, f"Failed to create the pod: {exc.message}")
         self.metrics.pods_created.inc()
-        return None
+        return DONE
 
-    async def _mark_failed(self, er: EphemeralRunner, message: str, reason: str = "InvalidPod") -> Result | None:
+    async def _mark_failed(self, er: EphemeralRunner, message: str, reason: str = "InvalidPod") -> Result:
         er = await self._write_failed(er, reason, message)
         await self.events.warning(er, reason, message)
         await self._remove_best_effort(er)
-        return None
+        return DONE
 
     async def _write_failed(self, er: EphemeralRunner, reason: str, message: str) -> EphemeralRunner:
         """Stamp ``failed-at`` (metadata), then status phase Failed, both locked on what was read
@@ -393,7 +412,10 @@ class RunnerReconciler:
         runner that is not Failed; the next failure stamps again."""
         key = EPHEMERAL_RUNNERS.key_of(er)
         er = await self.writer.patch_merge(
-            EPHEMERAL_RUNNERS, key, decide.failed_at_patch(self.clock()), resource_version=er.metadata.resource_version
+            EPHEMERAL_RUNNERS,
+            key,
+            decide.failed_at_patch(self.clock.now()),
+            resource_version=er.metadata.resource_version,
         )
         er = await self.writer.patch_status(
             EPHEMERAL_RUNNERS, key, decide.failed_patch(reason, message), resource_version=er.metadata.resource_version
@@ -484,7 +506,7 @@ class RunnerReconciler:
 
     # --- deletion -----------------------------------------------------------------------------------------
 
-    async def _finalize(self, er: EphemeralRunner) -> Result | None:
+    async def _finalize(self, er: EphemeralRunner) -> Result:
         finalizers = er.metadata.finalizers
         if FINALIZER_RUNNER_REGISTRATION in finalizers:
             result = await self._unregister(er)
@@ -492,14 +514,14 @@ class RunnerReconciler:
                 return result
             updated = await self.writer.remove_finalizer(EPHEMERAL_RUNNERS, er, FINALIZER_RUNNER_REGISTRATION)
             if updated is None:
-                return None
+                return DONE
             er = updated
         if FINALIZER_EPHEMERAL_RUNNER in er.metadata.finalizers:
             await self._cleanup_resources(er)
             if er.spec.has_container_hook_configured():
                 await self._cleanup_hook_objects(er)
             await self.writer.remove_finalizer(EPHEMERAL_RUNNERS, er, FINALIZER_EPHEMERAL_RUNNER)
-        return None
+        return DONE
 
     async def _pod_alive(self, er: EphemeralRunner) -> bool:
         pod = await self.reader.get_or_none(PODS, EPHEMERAL_RUNNERS.key_of(er))
@@ -515,7 +537,7 @@ class RunnerReconciler:
         except JobStillRunningError:
             self.metrics.service_removals.labels("job_still_running").inc()
             if decide.should_abandon_removal(
-                er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock(), self.settings
+                er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock.now(), self.settings
             ):
                 await self.events.warning(
                     er,
@@ -532,7 +554,7 @@ class RunnerReconciler:
         except Exception as exc:  # ActionsError, credentials unavailable, timeout
             self.metrics.service_removals.labels("error").inc()
             if decide.should_abandon_removal(
-                er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock(), self.settings
+                er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock.now(), self.settings
             ):
                 await self.events.warning(
                     er,
@@ -557,7 +579,8 @@ class RunnerReconciler:
 
     async def _cleanup_hook_objects(self, er: EphemeralRunner) -> None:
         selector = f"{LABEL_RUNNER_POD}={er.metadata.name}"
-        for resource in (PODS, SECRETS):
+        resources: tuple[Resource[Any], ...] = (PODS, SECRETS)
+        for resource in resources:
             listed = await self.reader.list(resource, namespace=er.metadata.namespace, label_selector=selector)
             for obj in listed.items:
                 if not obj.metadata.is_deleting:

@@ -1,6 +1,6 @@
 """Pure decisions of the runner-set worker (no I/O): everything here is unit-tested without servers.
 
-- :func:`bucket_runners`: ARC's runner buckets (arc-controllers.md §2.2) plus revision facts.
+- :func:`bucket_runners`: ARC's runner buckets (pending, running, finished, failed, deleting) plus revision facts.
 - :func:`newer_desired` / :func:`desired_patch`: ordering of listener desired states.
 - :func:`plan`: what one reconcile of a live EphemeralRunnerSet should do next.
 - :func:`plan_deletion`: what one reconcile of a deleting EphemeralRunnerSet should do next.
@@ -160,7 +160,7 @@ def idle_candidates(b: Buckets) -> list[EphemeralRunner]:
 
 def stale_outdated(b: Buckets, applied_revision: int) -> list[EphemeralRunner]:
     """Outdated runners built from a revision older than the applied one: their verdict is about
-    a spec that no longer exists, so they are deleted and replaced (seed 002)."""
+    a spec that no longer exists, so they are deleted and replaced (README "runner-set worker")."""
     return [er for er in b.outdated if runner_revision(er.metadata) < applied_revision]
 
 
@@ -289,13 +289,13 @@ def next_cleanup_marker(current: int | None, patch_id: int) -> int | None:
     always ``patch_id``, even when lower than the current marker. Patch IDs reset to 0 when the
     listener restarts or idles at minRunners and wrap at 2^31-1, so a marker that refused to move
     down (a ``>=`` guard) would sit above every later patch ID and the exact-match suppression
-    would never fire again (seed 003). Returns None when nothing changes."""
+    would never fire again (README "runner-set worker", patch IDs). Returns None when nothing changes."""
     return None if current == patch_id else patch_id
 
 
 def scale_up_suppressed(patch_id: int, marker: int | None) -> bool:
     """Scale-up is suppressed while spec.patchID equals the cleanup marker: the gap below
-    spec.replicas was opened by reaping finished runners, not by new demand (seed 000). Patch ID 0
+    spec.replicas was opened by reaping finished runners, not by new demand. Patch ID 0
     (authoritative; an idle set at minRunners) is never suppressed."""
     return marker is not None and patch_id != 0 and marker == patch_id
 
@@ -339,7 +339,10 @@ def plan(
     #    cleanup marker is cleared and the phase recomputed against the new revision.
     if spec.actionable_revision > applied:
         target = spec.actionable_revision
-        old = lambda er: runner_revision(er.metadata) < target  # noqa: E731
+
+        def old(er: EphemeralRunner) -> bool:
+            return runner_revision(er.metadata) < target
+
         terminated = [er for er in (*b.finished, *b.failed, *b.outdated) if old(er)]
         idle_old = [er for er in (*b.pending, *b.running) if old(er) and not has_job(er)]
         if terminated or idle_old:
@@ -350,7 +353,7 @@ def plan(
         fields = {**wanted, "appliedActionableRevision": target, "finishedRunnerCleanupPatchID": None}
         return Plan("revision-applied", status=fields, publish_applied=target, requeue=True)
 
-    # 2. Stale Outdated runners (seed 002) are deleted; the scaling below replaces them.
+    # 2. Stale Outdated runners (reported for an older revision) are deleted; the scaling below replaces them.
     stale = stale_outdated(b, applied)
     if stale:
         return Plan("stale-outdated", delete=stale, requeue=True)
@@ -381,13 +384,13 @@ def _scale(
     spec, status = ers.spec, ers.status or EphemeralRunnerSetStatus()
     marker = status.finished_runner_cleanup_patch_id
 
-    # 5. Scaling, per ARC's patch-ID protocol (arc-controllers.md §2.2):
+    # 5. Scaling, per ARC's patch-ID protocol (README "runner-set worker"):
     #    patchID 0 = authoritative (up and down); new patchID = up only; same patchID = status only.
     if spec.patch_id != 0 and spec.patch_id == b.latest_patch_id:
         return Plan("patch-already-applied", status=status_fields)
     if b.finished:
         # Reap finished runners, record which patch the reaping belongs to, and decide scaling on
-        # the next reconcile against post-cleanup data (seed 000).
+        # the next reconcile against post-cleanup data, so a finished runner is never replaced twice.
         new_marker = next_cleanup_marker(marker, spec.patch_id)
         fields = dict(status_fields or {})
         if new_marker is not None:
@@ -457,7 +460,7 @@ def proxy_secret_data(proxy: ProxyConfig, credentials: dict[str, tuple[str, str]
 
 
 def new_runner(ers: EphemeralRunnerSet, proxy_secret: str = "", replaces: str = "") -> dict[str, Any]:
-    """The EphemeralRunner to create (arc-controllers.md §3.3) as a JSON tree: generateName
+    """The EphemeralRunner to create (as ARC's resource builder makes it) as a JSON tree: generateName
     ``<ers>-runner-``, owner = the ERS (controller), ARC's labels with component ``runner``, the ERS
     annotations plus ``patch-id`` and ``actionable-revision``, ephemeralRunnerMetadata as the base,
     both runner finalizers pre-set, spec = the ERS's ephemeralRunnerSpec verbatim."""

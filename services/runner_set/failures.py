@@ -1,6 +1,6 @@
 """Pure decisions about failed runners (no I/O, clock passed in): the Failed-runner TTL and the
 per-set failure budget. This is where runnerscale departs from ARC, in which Failed
-EphemeralRunners count toward ``spec.replicas`` forever (peers.md §2 row 1).
+EphemeralRunners count toward ``spec.replicas`` forever.
 
 Two rules, both evaluated on every reconcile of a live EphemeralRunnerSet (ERS):
 
@@ -49,11 +49,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Annotated, ClassVar
 
 import msgspec
 
 from shared.api import EphemeralRunner, EphemeralRunnerSet, runner_revision
 from shared.api.constants import ANNOTATION_FAILED_AT  # on an ER: when it failed (runner worker)
+from shared.backoff import Backoff
+from shared.settings import InvalidSetting, option
 
 # On the ERS: the failure budget record (written by the runner-set worker only).
 ANNOTATION_FAILURE_BUDGET = "actions.github.com/runner-failure-budget"
@@ -63,33 +66,74 @@ ANNOTATION_REPLACES = "actions.github.com/replaces-failed-runner"
 MAX_RECORDED = 200  # failures kept in the record at most (newest first); far above any sane budget
 
 
-@dataclass(frozen=True)
-class FailurePolicy:
-    """Settings of the TTL and the budget (flags in :mod:`services.runner_set.settings`)."""
+class FailurePolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """The Failed-runner TTL and the failure budget: the runner-set worker's settings (README
+    "runner-set worker")."""
 
-    failed_runner_ttl: float = 300.0  # seconds a Failed runner is kept before it is swapped; 0 = never (ARC)
-    budget_failures: int = 5  # more failures than this within the window → backoff; 0 = no budget
-    budget_window: float = 600.0  # seconds
-    backoff_base: float = 30.0  # seconds of the first backoff
-    backoff_max: float = 600.0  # cap
+    settings_title: ClassVar[str] = "runner-set"
+
+    # 0 = never (ARC keeps Failed runners forever)
+    failed_runner_ttl: Annotated[
+        float,
+        option(
+            "--failed-runner-ttl",
+            "RUNNERSCALE_FAILED_RUNNER_TTL",
+            "seconds a Failed EphemeralRunner is kept (visible, counted) before it is removed and replaced;"
+            " 0 = never (ARC) [default 300]",
+        ),
+    ] = 300.0
+    # More failures than this within the window → creation backs off; 0 = no budget.
+    budget_failures: Annotated[
+        int,
+        option(
+            "--failure-budget",
+            "RUNNERSCALE_FAILURE_BUDGET",
+            "runner failures of one set tolerated within --failure-budget-window; one more backs runner creation"
+            " off; 0 = no budget [default 5]",
+        ),
+    ] = 5
+    budget_window: Annotated[
+        float,
+        option(
+            "--failure-budget-window",
+            "RUNNERSCALE_FAILURE_BUDGET_WINDOW",
+            "seconds over which failures are counted [default 600]",
+        ),
+    ] = 600.0
+    backoff_base: Annotated[
+        float,
+        option(
+            "--failure-budget-backoff",
+            "RUNNERSCALE_FAILURE_BUDGET_BACKOFF",
+            "seconds of the first creation backoff; doubled per escalation [default 30]",
+        ),
+    ] = 30.0
+    backoff_max: Annotated[
+        float,
+        option(
+            "--failure-budget-backoff-max",
+            "RUNNERSCALE_FAILURE_BUDGET_BACKOFF_MAX",
+            "cap of the creation backoff in seconds [default 600]",
+        ),
+    ] = 600.0
 
     def __post_init__(self) -> None:
         if self.failed_runner_ttl < 0:
-            raise ValueError("failed_runner_ttl must be >= 0")
+            raise InvalidSetting("failed_runner_ttl", f"must be >= 0, got {self.failed_runner_ttl}")
         if self.budget_failures < 0:
-            raise ValueError("budget_failures must be >= 0")
+            raise InvalidSetting("budget_failures", f"must be >= 0, got {self.budget_failures}")
         if self.budget_window <= 0:
-            raise ValueError("budget_window must be > 0")
+            raise InvalidSetting("budget_window", f"must be > 0, got {self.budget_window}")
         if self.backoff_base <= 0:
-            raise ValueError("backoff_base must be > 0")
+            raise InvalidSetting("backoff_base", f"must be > 0, got {self.backoff_base}")
         if self.backoff_max < self.backoff_base:
-            raise ValueError("backoff_max must be >= backoff_base")
+            raise InvalidSetting("backoff_max", "must be >= the first backoff (--failure-budget-backoff)")
 
     def backoff(self, level: int) -> float:
         """Seconds of creation backoff at ``level`` (1, 2, ...): base·2^(level-1), capped."""
         if level <= 0:
             return 0.0
-        return min(self.backoff_base * (2 ** min(level - 1, 62)), self.backoff_max)
+        return Backoff(base=self.backoff_base, cap=self.backoff_max).delay(level - 1)
 
 
 class BudgetRecord(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):

@@ -1,6 +1,6 @@
 """What the scale-set worker wants to exist, built from an AutoscalingRunnerSet (pure functions).
 
-Follows ARC's resource builder (research/arc-controllers.md §3.1, §3.2, §3.6) minus the
+Follows ARC's resource builder (names, labels, owner references, specs) minus the
 ``integrity-hash`` annotation: drift is detected by comparing these desired objects with what is
 stored (``shared.semantic``), and revisions are explicit (``spec.actionableRevision``).
 """
@@ -8,7 +8,7 @@ stored (``shared.semantic``), and revisions are explicit (``spec.actionableRevis
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,13 @@ from shared.api.constants import (
     LABEL_VERSION,
     PART_OF_VALUE,
 )
-from shared.api.names import listener_name, runner_proxy_secret_name, url_labels
+from shared.api.names import (
+    filter_and_merge_labels,
+    listener_name,
+    merge_annotations,
+    runner_proxy_secret_name,
+    url_labels,
+)
 
 
 @dataclass(frozen=True)
@@ -53,27 +59,7 @@ class BuildOptions:
     exclude_label_prefixes: tuple[str, ...] = field(default_factory=tuple)
 
 
-# --- label / annotation merging (ARC §3.6) -------------------------------------------------------
-
-
-def filter_and_merge_labels(
-    base: Mapping[str, str] | None, overwrite: Mapping[str, str] | None, exclude_prefixes: Iterable[str] = ()
-) -> dict[str, str]:
-    """Drop keys starting with an excluded prefix from both maps, then ``overwrite`` wins."""
-    prefixes = tuple(exclude_prefixes)
-
-    def keep(key: str) -> bool:
-        return not (prefixes and key.startswith(prefixes))
-
-    merged = {k: v for k, v in (base or {}).items() if keep(k)}
-    merged.update({k: v for k, v in (overwrite or {}).items() if keep(k)})
-    return merged
-
-
-def merge_annotations(base: Mapping[str, str] | None, overwrite: Mapping[str, str] | None) -> dict[str, str]:
-    merged = dict(base or {})
-    merged.update(overwrite or {})
-    return merged
+# --- label / annotation merging (as ARC's filterAndMergeLabels) -------------------------------------------------------
 
 
 def is_subset(wanted: Mapping[str, str], have: Mapping[str, str]) -> bool:
@@ -128,15 +114,16 @@ def _common_labels(ars: AutoscalingRunnerSet, component: str) -> dict[str, str]:
     return labels
 
 
-# --- EphemeralRunnerSet (§3.2) ---------------------------------------------------------------------
+# --- EphemeralRunnerSet ---------------------------------------------------------------------
 
 
 def desired_runner_spec(ars: AutoscalingRunnerSet) -> EphemeralRunnerSpec:
     """The EphemeralRunnerSpec every runner of this scale set is built from."""
     spec = ars.spec
-    template = spec.template if isinstance(spec.template, dict) else {}
-    pod_meta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
-    pod_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+    template: dict[str, Any] = spec.template if isinstance(spec.template, dict) else {}
+    found_meta, found_spec = template.get("metadata"), template.get("spec")
+    pod_meta: dict[str, Any] = found_meta if isinstance(found_meta, dict) else {}
+    pod_spec: dict[str, Any] = found_spec if isinstance(found_spec, dict) else {}
     return EphemeralRunnerSpec(
         github_config_url=spec.github_config_url,
         github_config_secret=spec.github_config_secret,
@@ -161,7 +148,7 @@ def desired_ers_labels(ars: AutoscalingRunnerSet, options: BuildOptions) -> dict
 
 def desired_ers_annotations(ars: AutoscalingRunnerSet) -> dict[str, str]:
     base = ars.spec.ephemeral_runner_set_metadata.annotations if ars.spec.ephemeral_runner_set_metadata else {}
-    own = {
+    own: dict[str, str] = {
         k: ars.metadata.annotations[k]
         for k in (ANNOTATION_RUNNER_GROUP_NAME, ANNOTATION_RUNNER_SCALE_SET_NAME)
         if k in ars.metadata.annotations
@@ -191,7 +178,7 @@ def desired_ephemeral_runner_set(
     )
 
 
-# --- AutoscalingListener (§3.1) --------------------------------------------------------------------
+# --- AutoscalingListener --------------------------------------------------------------------
 
 
 def desired_listener_spec(ars: AutoscalingRunnerSet, options: BuildOptions) -> AutoscalingListenerSpec:

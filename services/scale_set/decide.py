@@ -10,11 +10,11 @@ resourceVersion.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 
-from services.scale_set.build import effective_scale_set_name, merge_patch_diff, scale_set_id_of
+from services.scale_set.build import BuildOptions, effective_scale_set_name, merge_patch_diff, scale_set_id_of
 from shared.actions import parse_config_url
 from shared.actions.errors import ConfigURLError
 from shared.api import (
@@ -37,6 +37,80 @@ from shared.api.constants import (
 )
 from shared.api.names import MAX_LABEL_VALUE
 from shared.semantic import first_difference, semantic_equal
+from shared.settings import InvalidSetting, option
+
+# --- settings --------------------------------------------------------------------------------------
+
+
+class ScaleSetSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The scale-set worker's own settings (README "scale-set worker"). Environment fallbacks:
+    runnerscale's names first, then the ones ARC's chart sets on its controller."""
+
+    settings_title: ClassVar[str] = "scale-set"
+
+    controller_namespace: Annotated[
+        str,
+        option(
+            "--controller-namespace",
+            ("RUNNERSCALE_CONTROLLER_NAMESPACE", "CONTROLLER_MANAGER_POD_NAMESPACE"),
+            "namespace of the AutoscalingListeners (ARC's controller namespace)",
+        ),
+    ] = ""
+    listener_image: Annotated[
+        str,
+        option(
+            "--listener-image",
+            ("RUNNERSCALE_LISTENER_IMAGE", "CONTROLLER_MANAGER_CONTAINER_IMAGE"),
+            "container image of the listener pods",
+        ),
+    ] = ""
+    image_pull_secrets: Annotated[
+        tuple[str, ...],
+        option(
+            "--listener-image-pull-secret",
+            help="image pull Secret for listener pods (repeatable; ARC: --auto-scaler-image-pull-secrets)",
+            metavar="NAME",
+        ),
+    ] = ()
+    exclude_label_prefixes: Annotated[
+        tuple[str, ...],
+        option(
+            "--exclude-label-propagation-prefix",
+            help="ARS labels with this prefix are not copied to the ERS and listener (repeatable)",
+            metavar="PREFIX",
+        ),
+    ] = ()
+    # Seconds between checks that the registered scale set still exists at the Actions service.
+    verify_interval: Annotated[
+        float,
+        option(
+            "--scale-set-verify-interval",
+            help="how often to check that the registered scale set still exists at the Actions service",
+            metavar="SECONDS",
+        ),
+    ] = 600.0
+    #: Requeue while children are going away (deletion chain, a deleting ERS or listener).
+    deletion_requeue: float = 2.0
+    #: Requeue after a problem the user fixes outside the ARS (Secret, runner group, a 422).
+    credentials_requeue: float = 30.0
+
+    def validate(self) -> None:
+        if not self.controller_namespace or "/" in self.controller_namespace:
+            raise InvalidSetting("controller_namespace", "is required and must be a namespace name")
+        if not self.listener_image:
+            raise InvalidSetting("listener_image", "is required")
+        if self.verify_interval <= 0:
+            raise InvalidSetting("verify_interval", f"must be > 0, got {self.verify_interval}")
+
+    @property
+    def build(self) -> BuildOptions:
+        """The builders' inputs."""
+        return BuildOptions(
+            controller_namespace=self.controller_namespace,
+            listener_image=self.listener_image,
+            image_pull_secrets=self.image_pull_secrets,
+            exclude_label_prefixes=self.exclude_label_prefixes,
+        )
 
 
 def _tree(value: Any) -> Any:
@@ -164,7 +238,7 @@ def plan_ers_update(existing: EphemeralRunnerSet, desired: EphemeralRunnerSet) -
     return ErsPlan(patch or None, new_revision, drift_path)
 
 
-# --- the Outdated guard (seed 002) -----------------------------------------------------------------
+# --- the Outdated guard (README "scale-set worker") -----------------------------------------------------------------
 
 
 def outdated_teardown_allowed(ers: EphemeralRunnerSet | None) -> bool:

@@ -12,14 +12,13 @@ One pass of :meth:`ScaleSetReconciler.reconcile` for an AutoscalingRunnerSet key
    the revision it has applied; otherwise the AutoscalingListener: create or patch in place.
 6. Status (phase, counts, observedGeneration), status-patched only when different.
 
-Every write that depends on a read carries that read's resourceVersion. A 409 Conflict re-runs
-the whole pass from fresh reads (``retry_on_conflict``, at most ``conflict_attempts`` times, then
-the key is requeued); a create that meets a namesake (AlreadyExists) is treated the same way.
+Every write that depends on a read carries that read's resourceVersion. The controller runs the
+pass under its shared policy (README "Worker runtime"): a 409 Conflict re-runs it from fresh reads;
+a create that meets a namesake (AlreadyExists) raises Conflict and is treated the same way.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -27,7 +26,6 @@ from prometheus_client import CollectorRegistry, Counter
 
 from services.scale_set import decide
 from services.scale_set.build import (
-    BuildOptions,
     ars_listener_name,
     desired_ephemeral_runner_set,
     desired_listener,
@@ -60,9 +58,11 @@ from shared.api.constants import (
 )
 from shared.api.names import url_labels
 from shared.bus import BusMessage, ResourceRef, RevisionPublished
+from shared.clock import SYSTEM_CLOCK, Clock
 from shared.kube import (
     AUTOSCALING_LISTENERS,
     AUTOSCALING_RUNNER_SETS,
+    DONE,
     EPHEMERAL_RUNNER_SETS,
     ROLE_BINDINGS,
     ROLES,
@@ -77,12 +77,12 @@ from shared.kube import (
     Invalid,
     NotFound,
     ObjectKey,
+    ReconcileContext,
     Resource,
     Result,
-    retry_on_conflict,
 )
 from shared.log import get_logger
-from shared.worker import ActionsCredentialsUnavailable
+from shared.worker import ActionsCredentialsUnavailable, WorkerContext
 
 log = get_logger(__name__)
 
@@ -105,98 +105,93 @@ class ClientSource(Protocol):
 
 
 class ScaleSetMetrics:
-    def __init__(self, registry: CollectorRegistry | None) -> None:
-        kw = {"registry": registry} if registry is not None else {"registry": None}
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        reg = registry if registry is not None else CollectorRegistry()
         self.revisions = Counter(
             "runnerscale_scale_set_revision_bumps_total",
             "Runner spec changes published as a new actionable revision",
-            **kw,
+            registry=reg,
         )
         self.registrations = Counter(
             "runnerscale_scale_set_registrations_total",
             "Scale set registrations at the Actions service",
             ["kind"],
-            **kw,
+            registry=reg,
         )
         self.service_updates = Counter(
-            "runnerscale_scale_set_service_updates_total", "Scale set updates at the Actions service", ["field"], **kw
+            "runnerscale_scale_set_service_updates_total",
+            "Scale set updates at the Actions service",
+            ["field"],
+            registry=reg,
         )
         self.invalid = Counter(
-            "runnerscale_scale_set_invalid_total", "Reconciles stopped by an invalid AutoscalingRunnerSet", **kw
+            "runnerscale_scale_set_invalid_total", "Reconciles stopped by an invalid AutoscalingRunnerSet", registry=reg
         )
         self.parked = Counter(
             "runnerscale_scale_set_outdated_parks_total",
             "Scale sets parked because their runners report Outdated",
-            **kw,
+            registry=reg,
         )
         self.service_errors = Counter(
             "runnerscale_scale_set_service_errors_total",
             "Actions service calls that failed, by error class",
             ["error"],
-            **kw,
-        )
-        self.conflicts = Counter(
-            "runnerscale_scale_set_conflicts_total", "Writes answered 409 Conflict (re-read and decided again)", **kw
+            registry=reg,
         )
 
 
 class ScaleSetReconciler:
+    """The I/O shell of the scale-set worker: ``reconcile(key, ctx) -> Result`` for one ARS."""
+
     def __init__(
         self,
         reader: ApiReader,
         writer: ApiWriter,
         events: EventRecorder,
         clients: ClientSource,
-        options: BuildOptions,
+        settings: decide.ScaleSetSettings,
         *,
         publish: Callable[[BusMessage], None] | None = None,
-        registry: CollectorRegistry | None = None,
-        verify_interval: float = 600.0,
-        deletion_requeue: float = 2.0,
-        credentials_requeue: float = 30.0,
-        conflict_attempts: int = 5,
-        clock: Callable[[], float] = time.monotonic,
+        metrics: ScaleSetMetrics | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.reader = reader
         self.writer = writer
         self.events = events
         self.clients = clients
-        self.options = options
+        self.settings = settings
+        self.options = settings.build
         self.publish = publish
-        self.metrics = ScaleSetMetrics(registry)
-        self.verify_interval = verify_interval
-        self.deletion_requeue = deletion_requeue
-        self.credentials_requeue = credentials_requeue
-        self.conflict_attempts = conflict_attempts
+        self.metrics = metrics or ScaleSetMetrics()
+        self.verify_interval = settings.verify_interval
+        self.deletion_requeue = settings.deletion_requeue
+        self.credentials_requeue = settings.credentials_requeue
         self.clock = clock
         self._verified: dict[ObjectKey, float] = {}
 
+    @classmethod
+    def from_context(cls, ctx: WorkerContext, settings: decide.ScaleSetSettings) -> ScaleSetReconciler:
+        return cls(
+            ctx.reader,
+            ctx.writer,
+            ctx.events,
+            ctx.actions,
+            settings,
+            publish=ctx.bus.enqueue,
+            metrics=ScaleSetMetrics(ctx.registry),
+        )
+
     # --- entry point -----------------------------------------------------------------------------
 
-    async def reconcile(self, key: ObjectKey) -> Result | None:
-        """One reconcile of ``key``. A 409 re-runs the whole pass from fresh reads
-        (``retry_on_conflict`` also refuses any write in it that carries no precondition)."""
+    async def reconcile(self, key: ObjectKey, ctx: ReconcileContext) -> Result:
+        """One pass over ``key`` (see the module docstring for its steps)."""
+        return await self._pass(key)
 
-        async def attempt() -> Result | None:
-            try:
-                return await self._pass(key)
-            except Conflict as exc:
-                self.metrics.conflicts.inc()
-                log.info(
-                    "stale read; re-reading and deciding again", namespace=key.namespace, name=key.name, error=str(exc)
-                )
-                raise
-
-        try:
-            return await retry_on_conflict(attempt, attempts=self.conflict_attempts)
-        except Conflict:
-            return Result(requeue_after=0.5)
-
-    async def _pass(self, key: ObjectKey) -> Result | None:
+    async def _pass(self, key: ObjectKey) -> Result:
         ars = await self.reader.get_or_none(AUTOSCALING_RUNNER_SETS, key)
         if ars is None:
             self._verified.pop(key, None)
-            return None
+            return DONE
         if ars.metadata.is_deleting:
             return await self._finalize(ars)
         ars = await self.writer.add_finalizer(AUTOSCALING_RUNNER_SETS, ars, FINALIZER_AUTOSCALING_RUNNER_SET)
@@ -213,7 +208,7 @@ class ScaleSetReconciler:
             )
             await self.events.warning(ars, "InvalidSpec", message)
             await self._write_status(ars, decide.pending_status(ars))
-            return None
+            return DONE
 
         if decide.generation_pending(ars):
             ars = await self._write_status(ars, decide.pending_status(ars))
@@ -290,7 +285,7 @@ class ScaleSetReconciler:
         key = AUTOSCALING_RUNNER_SETS.key_of(ars)
         if decide.needs_registration(ars):
             return await self._register(ars, reason="")
-        now = self.clock()
+        now = self.clock.monotonic()
         last = self._verified.get(key)
         if decide.generation_pending(ars) or last is None or now - last >= self.verify_interval:
             client = await self._client(ars)
@@ -377,7 +372,7 @@ class ScaleSetReconciler:
             )
         await self.events.normal(ars, "ScaleSetRegistered", message)
         ars = await self._patch_ars_meta(ars, annotations=annotations, labels=url_labels(ars.spec.github_config_url))
-        self._verified[AUTOSCALING_RUNNER_SETS.key_of(ars)] = self.clock()
+        self._verified[AUTOSCALING_RUNNER_SETS.key_of(ars)] = self.clock.monotonic()
         return ars
 
     async def _patch_ars_meta(
@@ -562,10 +557,10 @@ class ScaleSetReconciler:
 
     # --- deletion --------------------------------------------------------------------------------
 
-    async def _finalize(self, ars: AutoscalingRunnerSet) -> Result | None:
+    async def _finalize(self, ars: AutoscalingRunnerSet) -> Result:
         key = AUTOSCALING_RUNNER_SETS.key_of(ars)
         if FINALIZER_AUTOSCALING_RUNNER_SET not in ars.metadata.finalizers:
-            return None
+            return DONE
         if not await self._delete_listeners(ars, keep=None):
             return Result(requeue_after=self.deletion_requeue)
         ers = await self.reader.get_or_none(EPHEMERAL_RUNNER_SETS, key)
@@ -627,7 +622,7 @@ class ScaleSetReconciler:
         await self.writer.remove_finalizer(AUTOSCALING_RUNNER_SETS, ars, FINALIZER_AUTOSCALING_RUNNER_SET)
         self._verified.pop(key, None)
         log.info("AutoscalingRunnerSet cleaned up", namespace=key.namespace, name=key.name)
-        return None
+        return DONE
 
 
 class _CredentialsProblem(Exception):

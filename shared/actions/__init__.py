@@ -12,11 +12,11 @@ See README "Actions service client".
 
 from __future__ import annotations
 
+from shared.actions import errors as _errors
 from shared.actions.auth import AppCredentials, Credentials, PersonalAccessToken, credentials_from_secret
 from shared.actions.client import API_VERSION, ActionsClient, ClientSettings, SystemInfo, scale_set_labels
 from shared.actions.config import ConfigScope, GitHubConfig, parse_config_url
 from shared.actions.errors import *  # noqa: F403 - the error hierarchy is part of the public API
-from shared.actions.errors import __all__ as _error_names
 from shared.actions.messages import (
     JobAssigned,
     JobAvailable,
@@ -73,5 +73,5 @@ __all__ = [
     "decode_message",
     "parse_config_url",
     "scale_set_labels",
-    *_error_names,
 ]
+__all__ += _errors.__all__

@@ -1,4 +1,4 @@
-"""Credentials and token arithmetic (scaleset-api.md §1.2, §1.5, §1.6). Pure, no I/O.
+"""Credentials and token arithmetic: PAT or GitHub App, the App JWT, admin-token refresh. Pure, no I/O.
 
 Two credential kinds, exactly one per client: a personal access token, or a GitHub App (id,
 installation id, RSA private key). The App signs a short RS256 JWT to mint installation tokens.

@@ -527,7 +527,9 @@ class ActionsClient:
             what=f"get scale set {scale_set_id}",
             status_errors={404: ScaleSetNotFoundError},
         )
-        return _decode(response, RunnerScaleSet | None)
+        # A 200 with "null" means no such scale set.
+        found: RunnerScaleSet | None = _decode(response, RunnerScaleSet | None)  # type: ignore[arg-type]
+        return found
 
     async def create_scale_set(
         self,
@@ -819,7 +821,7 @@ class _Installation(msgspec.Struct):
     id: int
 
 
-def _decode(response: HttpResponse, typ: type[_T] | Any) -> Any:
+def _decode(response: HttpResponse, typ: type[_T]) -> _T:
     """Decode a success body into ``typ``; a mismatch is a :class:`ProtocolError` naming the request."""
     try:
         return msgspec.json.decode(response.body, type=typ)

@@ -1,4 +1,4 @@
-"""Parsing a GitHub config URL into its scope and the REST API base (scaleset-api.md §1.1).
+"""Parsing a GitHub config URL into its scope and the REST API base (github.com, GHE.com or GHES).
 
 Pure functions only. The accepted shapes:
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import msgspec
@@ -100,7 +101,7 @@ def parse_config_url(config_url: str, environ: Mapping[str, str] | None = None) 
     if any(not s for s in segments):
         raise ConfigURLError(f"githubConfigUrl {trimmed!r} has an empty path segment")
     hosted = is_hosted_host(host, environ)
-    common = {"url": trimmed, "scheme": parts.scheme, "host": host, "is_hosted": hosted}
+    common: dict[str, Any] = {"url": trimmed, "scheme": parts.scheme, "host": host, "is_hosted": hosted}
     if len(segments) == 1:
         return GitHubConfig(scope=ConfigScope.ORGANIZATION, organization=segments[0], **common)
     if len(segments) == 2:

@@ -170,7 +170,7 @@ class ScaleSetNotFoundError(ActionsHTTPError):
 class ScaleSetExistsError(ActionsHTTPError):
     """Create found a scale set of this name in the runner group (e.g. our own earlier attempt
     that was acted on but answered 5xx): look it up by name. The name of the service's
-    exception is an assumption (scaleset-api.md §9.2); a 409 on create maps here too."""
+    exception is an assumption (README "Actions service client", Assumptions); a 409 on create maps here too."""
 
 
 class MessageNotFoundError(ActionsHTTPError):

@@ -1,5 +1,5 @@
 """The HTTP shell of the client: one request with retries, a deadline, BOM stripping, and the
-mapping of error responses onto the typed hierarchy (scaleset-api.md §1.8, §2.6, §5).
+mapping of error responses onto the typed hierarchy (README "Actions service client").
 
 :func:`classify_error` is pure; :class:`HttpTransport` does the I/O.
 """
@@ -13,6 +13,7 @@ import ssl
 import time
 import urllib.request
 from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
 import anyio
@@ -48,7 +49,7 @@ log = get_logger(__name__)
 MAX_BODY_BYTES = 16 * 1024 * 1024
 _QUERY = re.compile(r"\?[^\s'\"]*")
 
-# Substrings of the service's .NET exception names, most specific first (§2.6).
+# Substrings of the service's .NET exception names, most specific first.
 _TYPE_NAME_ERRORS: tuple[tuple[str, type[ActionsHTTPError]], ...] = (
     ("AgentExistsException", RunnerExistsError),
     ("AgentNotFoundException", RunnerNotFoundError),
@@ -140,7 +141,7 @@ def classify_error(
             cls = AuthenticationError
         elif status == 401:
             cls = TokenExpiredError
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         request=response.request,
         status=response.status,
         type_name=type_name,
@@ -192,7 +193,8 @@ def proxy_for(url: URL, *, explicit: str | None, proxies: Mapping[str, str]) -> 
     if not chosen or url.host is None:
         return None
     host = f"{url.host}:{url.explicit_port}" if url.explicit_port else url.host
-    if urllib.request.proxy_bypass_environment(host, dict(proxies)):
+    # proxy_bypass_environment is public but missing from typeshed's stub.
+    if urllib.request.proxy_bypass_environment(host, dict(proxies)):  # type: ignore[attr-defined]
         return None
     return chosen
 

@@ -1,4 +1,4 @@
-"""Decoding a long-poll message (scaleset-api.md §3) into typed job messages.
+"""Decoding a long-poll message (README "Actions service client") into typed job messages.
 
 The Q1 body is an envelope whose ``body`` is a JSON *string* holding a JSON array of job
 messages (double-encoded). It may be empty (a statistics-only message). Inner messages of a type
@@ -9,6 +9,7 @@ we do not know are skipped, as the reference listener does; a garbled inner mess
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import msgspec
 
@@ -198,7 +199,7 @@ def decode_message(data: bytes, *, request: str = "") -> Message:
         raise MessageDecodeError(
             f"message envelope is invalid: {exc}", request=request, reason="malformed_envelope"
         ) from None
-    known = dict(request=request, message_id=envelope.message_id, message_type=envelope.message_type)
+    known: dict[str, Any] = dict(request=request, message_id=envelope.message_id, message_type=envelope.message_type)
     if envelope.message_type != RUNNER_SCALE_SET_JOB_MESSAGES:
         raise MessageDecodeError(
             f"message {envelope.message_id} has unsupported messageType {envelope.message_type!r}",

@@ -3,7 +3,7 @@
 Field names follow the service (camelCase, except ``RunnerSetting`` and ``encodedJITConfig``,
 which are spelled as the service spells them). Unknown fields are ignored on decode, so a newer
 service stays compatible. Request bodies are separate types, so what we send is explicit
-(scaleset-api.md §2.2).
+(README "Actions service client").
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ DEFAULT_RUNNER_GROUP_NAME: Final = "default"
 RUNNER_SCALE_SET_JOB_MESSAGES: Final = "RunnerScaleSetJobMessages"
 
 
-class _Wire(msgspec.Struct, rename="camel", kw_only=True):
+class _Wire(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
     """Base: camelCase on the wire, keyword construction."""
 
 

@@ -1,4 +1,4 @@
-"""The reference client's retry policy as pure functions (scaleset-api.md §5).
+"""The reference client's retry policy as pure functions (README "Actions service client").
 
 go-retryablehttp semantics: up to ``max_retries`` retries after the first attempt; retry on a
 transport error, on 429 and on every 5xx except 501; wait ``min(base * 2**attempt, max)``
@@ -12,6 +12,8 @@ import datetime as dt
 import email.utils
 
 import msgspec
+
+from shared.backoff import Backoff
 
 __all__ = ["RetryPolicy", "backoff_delay", "parse_retry_after", "should_retry_status"]
 
@@ -60,4 +62,4 @@ def backoff_delay(attempt: int, policy: RetryPolicy, *, status: int = 0, retry_a
     """Seconds to wait before retry number ``attempt + 1`` (``attempt`` counts from 0)."""
     if status in (429, 503) and retry_after is not None:
         return retry_after
-    return min(policy.backoff_base * (2**attempt), policy.backoff_max)
+    return Backoff(base=policy.backoff_base, cap=policy.backoff_max).delay(attempt)

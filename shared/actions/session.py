@@ -1,6 +1,6 @@
 """``MessageSessionClient``: one message session of one scale set, with its token refresh.
 
-The session's queue token is separate from the admin token (scaleset-api.md §1.6). On a 401
+The session's queue token is separate from the admin token. On a 401
 from the queue (get, delete, acquire) the session is refreshed (``PATCH sessions/{id}``) and the
 call retried once; a second 401 raises :class:`MessageQueueTokenExpiredError`. Beyond the
 reference client, a queue token that is a JWT is also refreshed shortly before its ``exp``,

@@ -1,11 +1,13 @@
 """Names and labels ARC derives from an AutoscalingRunnerSet (pure, reproducible across languages).
 
 ARC's object-name suffixes are FNV-1a 32 hashes of a string, written in decimal and "safe
-encoded" into a consonant alphabet (research/arc-controllers.md §2.7). They are reproduced
+encoded" into a consonant alphabet. They are reproduced
 exactly so that a listener or proxy Secret created by Go ARC keeps its name under runnerscale.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
 
 from shared.actions import ConfigScope, parse_config_url
 from shared.actions.errors import ConfigURLError
@@ -65,3 +67,30 @@ def url_labels(config_url: str) -> dict[str, str]:
     if cfg.scope is ConfigScope.REPOSITORY:
         labels[LABEL_REPOSITORY] = trim_label_value(cfg.repository)
     return labels
+
+
+# --- labels and annotations copied onto derived objects (ARC's filterAndMergeLabels) --------------
+
+
+def filter_labels(labels: Mapping[str, str] | None, exclude_prefixes: Iterable[str] = ()) -> dict[str, str]:
+    """Drop keys starting with any of ``exclude_prefixes`` (plain prefix match, as ARC; an empty
+    prefix excludes nothing)."""
+    prefixes = tuple(p for p in exclude_prefixes if p)
+    return {k: v for k, v in (labels or {}).items() if not (prefixes and k.startswith(prefixes))}
+
+
+def filter_and_merge_labels(
+    base: Mapping[str, str] | None, overwrite: Mapping[str, str] | None, exclude_prefixes: Iterable[str] = ()
+) -> dict[str, str]:
+    """Both maps filtered by :func:`filter_labels`, then ``overwrite`` wins."""
+    prefixes = tuple(exclude_prefixes)
+    merged = filter_labels(base, prefixes)
+    merged.update(filter_labels(overwrite, prefixes))
+    return merged
+
+
+def merge_annotations(base: Mapping[str, str] | None, overwrite: Mapping[str, str] | None) -> dict[str, str]:
+    """``base`` with ``overwrite`` on top (annotations are never filtered)."""
+    merged = dict(base or {})
+    merged.update(overwrite or {})
+    return merged

@@ -37,9 +37,9 @@ def _fields(cls: type) -> tuple[tuple[str, str, Any, Any], ...]:
 
 def _is_default(value: Any, default: Any, factory: Any) -> bool:
     if default is not msgspec.NODEFAULT:
-        return value is default or value == default
+        return bool(value is default or value == default)
     if factory is not msgspec.NODEFAULT:
-        return value == factory()
+        return bool(value == factory())
     return False  # a required field
 
 
@@ -72,7 +72,7 @@ def mark(value: Any, tree: Any) -> None:
                 mark(getattr(value, attr), tree[name])
     elif _structs_inside(value):
         if isinstance(value, list) and isinstance(tree, list):
-            for item, sub in zip(value, tree):
+            for item, sub in zip(value, tree, strict=False):
                 mark(item, sub)
         elif isinstance(value, dict) and isinstance(tree, dict):
             for key, item in value.items():
@@ -111,7 +111,7 @@ def restore(value: Any, tree: Any) -> None:
                 restore(getattr(value, attr), tree[name])
     elif _structs_inside(value):
         if isinstance(value, list) and isinstance(tree, list):
-            for item, sub in zip(value, tree):
+            for item, sub in zip(value, tree, strict=False):
                 restore(item, sub)
         elif isinstance(value, dict) and isinstance(tree, dict):
             for key, item in value.items():
@@ -126,7 +126,7 @@ def copy_struct(self: Any) -> Any:
     return new
 
 
-def deepcopy_struct(self: Any, memo: dict[int, Any]) -> Any:
+def deepcopy_struct(self: msgspec.Struct, memo: dict[int, Any]) -> Any:
     """``__deepcopy__`` for API structs: a deep copy that keeps the decode record."""
     new = msgspec.structs.replace(
         self, **{attr: copy.deepcopy(getattr(self, attr), memo) for attr, _, _, _ in _fields(type(self))}

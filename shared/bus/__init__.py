@@ -17,7 +17,7 @@ from shared.bus.errors import (
     SettingsError,
     UnknownSchemaVersion,
 )
-from shared.bus.leases import LeaderLease, ShardChange, ShardOwnership, Term
+from shared.bus.leases import LeaderLease, ShardOwnership, Term
 from shared.bus.messages import (
     BusMessage,
     DesiredState,
@@ -30,6 +30,7 @@ from shared.bus.messages import (
     RevisionPublished,
 )
 from shared.bus.settings import BusSettings, add_bus_arguments, load_settings
+from shared.shards import ShardChange
 
 __all__ = [
     "Bus",

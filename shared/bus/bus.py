@@ -13,10 +13,12 @@ import random
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 import nats
 import nats.errors
 import nats.js.errors
@@ -25,6 +27,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
+from shared.backoff import Backoff
 from shared.bus import messages, subjects
 from shared.bus import metrics as m
 from shared.bus.errors import (
@@ -40,8 +43,11 @@ from shared.bus.messages import BusMessage
 from shared.bus.settings import BusSettings, redact_url, validate
 from shared.bus.subjects import ConsumerSpec, DeliverFrom, StreamSpec, SubjectKind
 from shared.log import get_logger
+from shared.tasks import background_tasks
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
 
 # Errors after which the same request may succeed later: the connection is down or
 # reconnecting, or JetStream is (re)starting. Anything else is a real answer from the server.
@@ -64,9 +70,17 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, nats.js.errors.APIError) and exc.code == 503
 
 
-def backoff_delay(attempt: int, *, base: float = 0.1, cap: float = 2.0) -> float:
-    """Exponential backoff: 0.1, 0.2, 0.4 ... capped (attempt counts from 1)."""
-    return min(cap, base * (2 ** max(0, attempt - 1)))
+#: Pause between publish attempts and between failed fetches: 0.1, 0.2, 0.4 ... 2 s.
+RETRY_BACKOFF = Backoff(base=0.1, cap=2.0)
+#: A handler failure naks the message with this delay by delivery count: 0.5, 1, 2 ... 30 s.
+REDELIVERY_BACKOFF = Backoff(base=0.5, cap=30.0)
+#: Reconnect pauses: ``reconnect_wait`` at first, doubling to 8x (see :func:`reconnect_delay`).
+RECONNECT_DOUBLINGS = 3
+
+
+def backoff_delay(attempt: int, backoff: Backoff = RETRY_BACKOFF) -> float:
+    """The pause after failed attempt number ``attempt`` (counting from 1)."""
+    return backoff.delay(max(0, attempt - 1))
 
 
 def reconnect_delay(failures: int, base: float, jitter: float) -> float:
@@ -78,11 +92,11 @@ def reconnect_delay(failures: int, base: float, jitter: float) -> float:
     """
     if failures <= 0:
         return base * jitter
-    return min(8 * base, base * 2 ** (failures - 1)) * (0.5 + jitter / 2)
+    return Backoff(base=base, cap=base * 2**RECONNECT_DOUBLINGS).delay(failures - 1) * (0.5 + jitter / 2)
 
 
-def _reconnect_handler(base: float) -> Callable:
-    def choose(servers: list, _info: dict) -> tuple:
+def _reconnect_handler(base: float) -> Callable[[list[Any], dict[str, Any]], tuple[Any, float]]:
+    def choose(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
         server = min(servers, key=lambda s: s.reconnects)  # least-failed first, pool order on ties
         return server, reconnect_delay(server.reconnects, base, random.random())
 
@@ -108,27 +122,6 @@ class Delivery:
 
 
 Handler = Callable[[Delivery], Awaitable[None]]
-
-
-@asynccontextmanager
-async def background_tasks(*tasks: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
-    """Run ``tasks`` beside the caller's block and cancel them when it ends.
-
-    An exception from the block propagates as itself, not wrapped in an ExceptionGroup, so
-    callers of ``Bus.connect`` / ``ShardOwnership.join`` can catch what they raised.
-    """
-    failure: Exception | None = None
-    async with anyio.create_task_group() as tg:
-        for task in tasks:
-            tg.start_soon(task)
-        try:
-            yield
-        except Exception as exc:
-            failure = exc
-        finally:
-            tg.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
 
 
 # --- pure configuration decisions ------------------------------------------------------------
@@ -158,7 +151,7 @@ _IDENTITY_FIELDS = ("subjects", "retention", "storage")
 _TUNABLE_FIELDS = ("max_msgs_per_subject", "max_age", "duplicate_window", "num_replicas", "description")
 
 
-def _norm(field: str, value: object) -> object:
+def _norm(field: str, value: Any) -> object:
     if field == "subjects":
         return sorted(value or [])
     if field in ("max_age", "duplicate_window"):
@@ -170,11 +163,13 @@ def _norm(field: str, value: object) -> object:
     return value
 
 
-def diff_stream_config(existing: api.StreamConfig, wanted: api.StreamConfig) -> tuple[dict, dict]:
+def diff_stream_config(
+    existing: api.StreamConfig, wanted: api.StreamConfig
+) -> tuple[dict[str, tuple[object, object]], dict[str, tuple[object, object]]]:
     """Split the differences into (conflicts, tunables), each ``{field: (existing, wanted)}``."""
 
     def diff(fields: tuple[str, ...]) -> dict[str, tuple[object, object]]:
-        out = {}
+        out: dict[str, tuple[object, object]] = {}
         for f in fields:
             old, new = _norm(f, getattr(existing, f)), _norm(f, getattr(wanted, f))
             if old != new:
@@ -372,7 +367,31 @@ class Bus:
             kv = await self.ensure_bucket(bucket)
         return kv
 
-    async def _jsm_call(self, coro: Awaitable, *, resource: str = ""):
+    # -- plain key/value records (the listener's session records) --
+
+    async def kv_get(self, bucket: str, key: str) -> bytes | None:
+        """The value of ``key`` in ``bucket`` (None: absent or deleted). BusError when unreachable."""
+        kv = await self.key_value(bucket)
+        try:
+            entry = await self._jsm_call(kv.get(key))
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.NotFoundError):
+            return None
+        return entry.value or None
+
+    async def kv_put(self, bucket: str, key: str, value: bytes) -> None:
+        """Write ``key`` in ``bucket`` (last writer wins). BusError when unreachable."""
+        kv = await self.key_value(bucket)
+        await self._jsm_call(kv.put(key, value))
+
+    async def kv_delete(self, bucket: str, key: str) -> None:
+        """Delete ``key`` from ``bucket`` (absent is fine). BusError when unreachable."""
+        kv = await self.key_value(bucket)
+        try:
+            await self._jsm_call(kv.delete(key))
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.NotFoundError):
+            return
+
+    async def _jsm_call(self, coro: Awaitable[T], *, resource: str = "") -> T:
         """One JetStream API call with a deadline; server refusals on ``resource`` become conflicts."""
         try:
             with anyio.fail_after(self.settings.request_timeout + 1.0):
@@ -503,8 +522,10 @@ class Bus:
         instance: str | None = None,
         batch: int = 16,
         fetch_timeout: float = 2.0,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Feed every message of ``consumer`` to ``handler`` until cancelled.
+        """Feed every message of ``consumer`` to ``handler`` until cancelled (``task_status.started()``
+        once subscribed, for ``tg.start``).
 
         ``instance=None`` shares one durable among all replicas (each message to one of them);
         ``instance="<replica id>"`` gives this replica its own durable that every message
@@ -518,6 +539,7 @@ class Bus:
         await self._ensure_consumer(consumer.stream, config)
         log.info("consuming", stream=consumer.stream, durable=durable)
         sub = await self._jsm_call(self.js.pull_subscribe_bind(durable=durable, stream=consumer.stream))
+        task_status.started()
         failures = 0
         pending = 0
         try:
@@ -547,14 +569,12 @@ class Bus:
                     await self._dispatch(consumer, raw, handler)
                 pending = msgs[-1].metadata.num_pending if msgs else 0
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
-                try:
-                    await sub.unsubscribe()
-                except Exception:
-                    pass
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0), suppress(Exception):
+                await sub.unsubscribe()
 
     async def _ensure_consumer(self, stream: str, config: api.ConsumerConfig) -> None:
         try:
+            assert config.durable_name is not None  # consumer_config always names it
             info = await self._jsm_call(self.js.consumer_info(stream, config.durable_name))
         except nats.js.errors.NotFoundError:
             await self._jsm_call(
@@ -618,14 +638,16 @@ class Bus:
             await self._settle(raw.ack, subject)
             return
         m.HANDLER_FAILURES.labels(kind).inc()
-        fields = dict(subject=subject, stream_sequence=meta.sequence.stream, delivery=meta.num_delivered)
+        fields: dict[str, Any] = dict(
+            subject=subject, stream_sequence=meta.sequence.stream, delivery=meta.num_delivered
+        )
         if meta.num_delivered >= consumer.max_deliver:
             m.TERMINATED_MESSAGES.labels(kind).inc()
             log.error("handler failed, giving up", error=f"{type(failure).__name__}: {failure}", **fields)
             await self._settle(raw.term, subject)
         else:
             log.warning("handler failed, will retry", error=f"{type(failure).__name__}: {failure}", **fields)
-            await self._settle(lambda: raw.nak(delay=backoff_delay(meta.num_delivered, base=0.5, cap=30.0)), subject)
+            await self._settle(lambda: raw.nak(delay=backoff_delay(meta.num_delivered, REDELIVERY_BACKOFF)), subject)
 
     @staticmethod
     async def _keep_in_progress(raw: Msg, ack_wait: float) -> None:
@@ -664,7 +686,7 @@ async def _connect(settings: BusSettings, name: str) -> NatsClient:
     async def error(exc: Exception) -> None:
         log.warning("NATS connection error", error=f"{type(exc).__name__}: {exc}")
 
-    options: dict = dict(
+    options: dict[str, Any] = dict(
         servers=list(settings.nats_urls),
         name=name,
         allow_reconnect=True,

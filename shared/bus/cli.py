@@ -15,7 +15,7 @@ import nats.js.errors
 
 from shared.bus import subjects
 from shared.bus.bus import Bus
-from shared.bus.errors import BusError
+from shared.bus.errors import BusError, SettingsError
 from shared.bus.settings import BusSettings, add_bus_arguments, load_settings
 
 
@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = load_settings(args)
         return anyio.run(_setup if args.action == "setup" else _status, settings)
-    except BusError as exc:
+    except (BusError, SettingsError) as exc:
         print(f"runnerscale bus: {exc}", file=sys.stderr)
         return 1
 

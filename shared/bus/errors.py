@@ -7,18 +7,25 @@ payload bodies, only names, subjects, sequences and settings keys.
 
 from __future__ import annotations
 
+from shared.settings import SettingsError  # re-exported: a bad setting is not a bus failure
+from shared.shards import NotOwner  # re-exported: neither is a lost lease (whichever backend held it)
+
+__all__ = [
+    "BusConfigConflict",
+    "BusError",
+    "BusUnavailable",
+    "InvalidResourceName",
+    "MalformedMessage",
+    "NotOwner",
+    "OutboxFull",
+    "PublishFailed",
+    "SettingsError",
+    "UnknownSchemaVersion",
+]
+
 
 class BusError(Exception):
     """Base of every error raised by ``shared.bus``."""
-
-
-class SettingsError(BusError):
-    """A bus setting is missing or invalid; ``setting`` names it (environment variable or flag)."""
-
-    def __init__(self, setting: str, problem: str) -> None:
-        self.setting = setting
-        self.problem = problem
-        super().__init__(f"invalid bus setting {setting}: {problem}")
 
 
 class BusUnavailable(BusError):
@@ -74,13 +81,3 @@ class PublishFailed(BusError):
 
 class OutboxFull(BusError):
     """The in-memory outbox is at capacity: the caller must slow down or fail, never drop silently."""
-
-
-class NotOwner(BusError):
-    """This replica does not (or no longer) hold the lease for a key it was about to act on."""
-
-    def __init__(self, key: str, shard: int | None = None) -> None:
-        self.key = key
-        self.shard = shard
-        where = f" (shard {shard})" if shard is not None else ""
-        super().__init__(f"not the owner of {key}{where}")

@@ -14,10 +14,8 @@ even if its renewals fail silently (network partition, NATS down, a stalled even
 
 from __future__ import annotations
 
-import math
 import secrets
-import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -26,11 +24,13 @@ import msgspec
 import nats.js.errors
 from nats.js.kv import KeyValue
 
+from shared import shards as sharding
 from shared.bus import metrics as m
 from shared.bus import subjects
-from shared.bus.bus import Bus, background_tasks, is_transient
-from shared.bus.errors import InvalidResourceName, NotOwner
+from shared.bus.bus import Bus, is_transient
+from shared.bus.errors import InvalidResourceName
 from shared.log import get_logger
+from shared.tasks import background_tasks
 
 log = get_logger(__name__)
 
@@ -83,7 +83,7 @@ class _LeaseStore:
                 entry = await self.kv.get(key)
         except nats.js.errors.KeyNotFoundError:
             return None  # expired between the two calls; next round will create it
-        if entry.value != self.value:
+        if entry.value != self.value or entry.revision is None:
             return None
         return await self.renew(_Lease(key, entry.revision, sent))
 
@@ -100,7 +100,7 @@ class _LeaseStore:
                     entry = await self.kv.get(lease.key)
             except nats.js.errors.KeyNotFoundError:
                 return None
-            if entry.value != self.value or entry.revision == lease.revision:
+            if entry.value != self.value or entry.revision is None or entry.revision == lease.revision:
                 return None
             lease.revision = entry.revision
             return await self.renew(lease)
@@ -133,41 +133,6 @@ def make_holder(replica_id: str) -> Holder:
 # --- shard ownership -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ShardChange:
-    gained: frozenset[int]
-    lost: frozenset[int]
-
-
-ChangeCallback = Callable[[ShardChange], Awaitable[None] | None]
-
-
-def fair_share(shards: int, members: int) -> int:
-    """How many shards one replica may hold: ceil(shards / live replicas)."""
-    return math.ceil(shards / max(1, members))
-
-
-def preference_order(replica_id: str, shards: int) -> list[int]:
-    """A replica's stable order of preference over shards (rendezvous hashing).
-
-    Different replicas prefer different shards, so after a membership change most shards stay
-    where they are and claims rarely collide.
-    """
-    return sorted(range(shards), key=lambda s: zlib.crc32(f"{replica_id}/{s}".encode()))
-
-
-def plan_claims(held: set[int], shards: int, members: int, preference: list[int]) -> tuple[list[int], list[int]]:
-    """(shards to try to claim, shards to release) so this replica moves toward its fair share."""
-    share = fair_share(shards, members)
-    if len(held) > share:
-        # Give back the ones we like least.
-        extra = len(held) - share
-        return [], [s for s in reversed(preference) if s in held][:extra]
-    if len(held) == share:
-        return [], []
-    return [s for s in preference if s not in held], []
-
-
 class ShardOwnership:
     """This replica's share of a group's shards; use :meth:`join`.
 
@@ -183,7 +148,7 @@ class ShardOwnership:
         *,
         replica_id: str,
         shards: int | None = None,
-        on_change: ChangeCallback | None = None,
+        on_change: sharding.ChangeCallback | None = None,
     ) -> None:
         self.bus = bus
         self.group = group
@@ -192,7 +157,7 @@ class ShardOwnership:
         self.on_change = on_change
         self.holder = make_holder(replica_id)
         self._held: dict[int, _Lease] = {}
-        self._preference = preference_order(replica_id, self.shards)
+        self._preference = sharding.preference_order(replica_id, self.shards)
         self._abandoned = False
         self._store: _LeaseStore | None = None
         self._members_kv: KeyValue | None = None
@@ -209,7 +174,7 @@ class ShardOwnership:
         *,
         replica_id: str,
         shards: int | None = None,
-        on_change: ChangeCallback | None = None,
+        on_change: sharding.ChangeCallback | None = None,
     ) -> AsyncIterator[ShardOwnership]:
         """Join ``group`` and keep claiming/renewing until the block exits, then release."""
         self = cls(bus, group, replica_id=replica_id, shards=shards, on_change=on_change)
@@ -232,12 +197,12 @@ class ShardOwnership:
             for lease in self._held.values():
                 _lose(lease)
             self._held.clear()
-            m.SHARDS_OWNED.labels(group).set(0)
+            sharding.SHARDS_OWNED.labels(group).set(0)
 
     # -- queries (pure, local) --
 
     def shard_of(self, key: str) -> int:
-        return subjects.shard_of(key, self.shards)
+        return sharding.shard_of(key, self.shards)
 
     def owned_shards(self) -> frozenset[int]:
         """Shards whose lease is locally valid right now."""
@@ -249,9 +214,9 @@ class ShardOwnership:
         return lease is not None and _now() < lease.valid_until
 
     def check(self, key: str) -> None:
-        """Raise :class:`NotOwner` unless this replica holds ``key``'s shard right now."""
+        """Raise :class:`shared.shards.NotOwner` unless this replica holds ``key``'s shard right now."""
         if not self.owns(key):
-            raise NotOwner(key, self.shard_of(key))
+            raise sharding.NotOwner(key, self.shard_of(key))
 
     @asynccontextmanager
     async def held(self, key: str) -> AsyncIterator[None]:
@@ -260,7 +225,7 @@ class ShardOwnership:
         shard = self.shard_of(key)
         lease = self._held.get(shard)
         if lease is None or _now() >= lease.valid_until:
-            raise NotOwner(key, shard)
+            raise sharding.NotOwner(key, shard)
         with anyio.CancelScope(deadline=lease.valid_until) as scope:
             lease.scopes.add(scope)
             try:
@@ -268,7 +233,7 @@ class ShardOwnership:
             finally:
                 lease.scopes.discard(scope)
         if scope.cancelled_caught:
-            raise NotOwner(key, shard)
+            raise sharding.NotOwner(key, shard)
 
     async def wait_ready(self) -> None:
         """Wait for the first claim round (so :meth:`owns` reflects a real decision)."""
@@ -316,19 +281,19 @@ class ShardOwnership:
                 _lose(lease)
             else:
                 _extend(lease)
-        to_claim, to_release = plan_claims(set(self._held), self.shards, self.members, self._preference)
+        to_claim, to_release = sharding.plan_claims(set(self._held), self.shards, self.members, self._preference)
         for shard in to_release:
             lease = self._held.pop(shard)
             _lose(lease)
             await self._store.release(lease)
-            m.LEASE_CHANGES.labels(self.group, "released").inc()
-        share = fair_share(self.shards, self.members)
+            sharding.LEASE_CHANGES.labels(self.group, "released").inc()
+        share = sharding.fair_share(self.shards, self.members)
         for shard in to_claim:
             if len(self._held) >= share:
                 break
-            lease = await self._store.claim(subjects.shard_lease_key(self.group, shard))
-            if lease is not None:
-                self._held[shard] = lease
+            claimed = await self._store.claim(subjects.shard_lease_key(self.group, shard))
+            if claimed is not None:
+                self._held[shard] = claimed
         await self._report()
 
     async def _expire_lapsed(self) -> None:
@@ -343,13 +308,13 @@ class ShardOwnership:
         after = self.owned_shards()
         gained, lost = after - self._reported, self._reported - after
         self._reported = after
-        m.SHARDS_OWNED.labels(self.group).set(len(after))
+        sharding.SHARDS_OWNED.labels(self.group).set(len(after))
         if not (gained or lost):
             return
         if gained:
-            m.LEASE_CHANGES.labels(self.group, "gained").inc(len(gained))
+            sharding.LEASE_CHANGES.labels(self.group, "gained").inc(len(gained))
         if lost:
-            m.LEASE_CHANGES.labels(self.group, "lost").inc(len(lost))
+            sharding.LEASE_CHANGES.labels(self.group, "lost").inc(len(lost))
         log.info(
             "shards changed",
             group=self.group,
@@ -360,7 +325,7 @@ class ShardOwnership:
         )
         if self.on_change is not None:
             try:
-                result = self.on_change(ShardChange(gained, lost))
+                result = self.on_change(sharding.ShardChange(gained, lost))
                 if result is not None:
                     await result
             except Exception as exc:
@@ -379,7 +344,7 @@ class ShardOwnership:
         for lease in list(self._held.values()):
             _lose(lease)
             await self._store.release(lease)
-            m.LEASE_CHANGES.labels(self.group, "released").inc()
+            sharding.LEASE_CHANGES.labels(self.group, "released").inc()
         self._held.clear()
         member_subject = f"$KV.{subjects.MEMBERS_BUCKET}.{subjects.member_key(self.group, self.replica_id)}"
         try:
@@ -449,7 +414,7 @@ class LeaderLease:
                 if not self._abandoned:
                     with anyio.CancelScope(shield=True), anyio.move_on_after(s.request_timeout):
                         await self._store.release(lease)
-                    m.LEASE_CHANGES.labels(self.name, "released").inc()
+                    sharding.LEASE_CHANGES.labels(self.name, "released").inc()
             m.LEADER.labels(self.name).set(0)
 
     @property
@@ -463,7 +428,7 @@ class LeaderLease:
 
     def check(self) -> None:
         if not self.is_leader:
-            raise NotOwner(self.name)
+            raise sharding.NotOwner(self.name)
 
     def abandon(self) -> None:
         """Stop without releasing, as a crash would."""
@@ -517,7 +482,7 @@ class LeaderLease:
                 _lose(lost)
             if self.is_leader != was_leader:
                 change = "gained" if self.is_leader else "lost"
-                m.LEASE_CHANGES.labels(self.name, change).inc()
+                sharding.LEASE_CHANGES.labels(self.name, change).inc()
                 m.LEADER.labels(self.name).set(1 if self.is_leader else 0)
                 log.info(f"leadership {change}", lease=self.name, replica=self.replica_id, epoch=self._epoch)
                 self._notify()

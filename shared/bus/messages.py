@@ -144,7 +144,9 @@ class _VersionProbe(msgspec.Struct, rename="camel"):
 
 _encoder = msgspec.json.Encoder()
 _probe_decoder = msgspec.json.Decoder(_VersionProbe)
-_decoders = {kind: msgspec.json.Decoder(t) for kind, t in _TYPE_BY_KIND.items()}
+_decoders: dict[SubjectKind, msgspec.json.Decoder[BusMessage]] = {
+    kind: msgspec.json.Decoder(t) for kind, t in _TYPE_BY_KIND.items()
+}
 
 
 def encode(message: BusMessage) -> bytes:
@@ -233,7 +235,7 @@ def decode(subject: str, data: bytes) -> BusMessage:
     if type(version) is not int or version not in SUPPORTED_SCHEMA_VERSIONS:
         raise UnknownSchemaVersion(subject, version)
     try:
-        message = _decoders[info.kind].decode(data)
+        message: BusMessage = _decoders[info.kind].decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise MalformedMessage(subject, str(exc)) from None
     ref = _ref_of(message)

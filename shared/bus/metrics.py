@@ -48,10 +48,4 @@ DELIVERY_LATENCY = Histogram(
     ["subject_kind"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
-SHARDS_OWNED = Gauge("runnerscale_bus_shards_owned", "Shards this replica holds a lease on", ["group"])
-LEASE_CHANGES = Counter(
-    "runnerscale_bus_lease_changes_total",
-    "Leases gained or lost",
-    ["lease", "change"],  # change: gained | lost | released
-)
 LEADER = Gauge("runnerscale_bus_leader", "1 while this replica holds the leader lease", ["lease"])

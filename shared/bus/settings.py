@@ -1,24 +1,34 @@
 """Bus settings: from the environment, overridden by flags, validated once at start-up.
 
-Every setting has one environment variable and one flag (see :data:`OPTIONS`); a bad value is a
-:class:`SettingsError` naming both. Secrets (password, token) are registered with the log
+Every setting has one environment variable and one flag (declared on the field, loaded by
+:mod:`shared.settings`); a bad value is a :class:`SettingsError` naming both. Secrets (password, token) are registered with the log
 redactor on load and never appear in ``repr()``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, ClassVar
 from urllib.parse import urlsplit
 
 import msgspec
 
-from shared.bus.errors import SettingsError
+from shared import settings
 from shared.log import register_secret
+from shared.settings import InvalidSetting, SettingsError, option
+
+__all__ = [
+    "BusSettings",
+    "SettingsError",
+    "add_bus_arguments",
+    "load_settings",
+    "nkeys_available",
+    "redact_url",
+    "register_secrets",
+    "validate",
+]
 
 
 class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -28,32 +38,91 @@ class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
     ``lease_ttl + renew_interval`` = 12.5 s after a replica dies (see README "The bus (NATS JetStream)").
     """
 
-    nats_urls: tuple[str, ...] = ("nats://127.0.0.1:4222",)
-    creds_file: str = ""  # NATS decentralised-auth credentials (JWT + NKey seed)
-    user: str = ""
-    password: str = ""
-    token: str = ""
-    tls_ca: str = ""
-    tls_cert: str = ""
-    tls_key: str = ""
-    stream_replicas: int = 1  # 3 for a clustered JetStream
-    history: int = 10  # messages kept per subject on level streams (inspection only)
-    job_retention: float = 24 * 3600.0  # how long job events stay in their stream
-    duplicate_window: float = 120.0  # JetStream de-duplication window for Nats-Msg-Id
-    lease_ttl: float = 10.0  # KV TTL of shard/member/leader keys
-    renew_interval: float = 0.0  # 0 = lease_ttl / 4; must be < lease_ttl / 3
-    shards: int = 16
-    connect_timeout: float = 5.0  # first connection, per attempt
-    request_timeout: float = 5.0  # one JetStream API call or publish attempt
-    publish_deadline: float = 30.0  # bounded retries of one publish, then PublishFailed
-    outbox_capacity: int = 10_000  # messages buffered while NATS is unreachable
-    reconnect_wait: float = 1.0  # base pause between reconnect attempts (doubles up to 8x, jittered)
+    settings_title: ClassVar[str] = "NATS bus"
+
+    nats_urls: Annotated[
+        tuple[str, ...], option("--nats-url", "RUNNERSCALE_NATS_URL", "NATS server URL(s), comma-separated")
+    ] = ("nats://127.0.0.1:4222",)
+    # NATS decentralised-auth credentials (JWT + NKey seed)
+    creds_file: Annotated[str, option("--nats-creds", "RUNNERSCALE_NATS_CREDS", "NATS credentials file (.creds)")] = ""
+    user: Annotated[str, option("--nats-user", "RUNNERSCALE_NATS_USER", "NATS user name")] = ""
+    password: Annotated[
+        str, option("--nats-password", "RUNNERSCALE_NATS_PASSWORD", "NATS password (prefer the env var)", secret=True)
+    ] = ""
+    token: Annotated[
+        str, option("--nats-token", "RUNNERSCALE_NATS_TOKEN", "NATS token (prefer the env var)", secret=True)
+    ] = ""
+    tls_ca: Annotated[
+        str, option("--nats-tls-ca", "RUNNERSCALE_NATS_TLS_CA", "CA bundle to verify the NATS server")
+    ] = ""
+    tls_cert: Annotated[
+        str, option("--nats-tls-cert", "RUNNERSCALE_NATS_TLS_CERT", "client certificate (mutual TLS)")
+    ] = ""
+    tls_key: Annotated[str, option("--nats-tls-key", "RUNNERSCALE_NATS_TLS_KEY", "client key (mutual TLS)")] = ""
+    # 3 for a clustered JetStream
+    stream_replicas: Annotated[
+        int,
+        option("--nats-stream-replicas", "RUNNERSCALE_NATS_STREAM_REPLICAS", "JetStream replicas per stream/bucket"),
+    ] = 1
+    # messages kept per subject on level streams (inspection only)
+    history: Annotated[
+        int, option("--bus-history", "RUNNERSCALE_BUS_HISTORY", "messages kept per subject on level streams")
+    ] = 10
+    job_retention: Annotated[
+        float, option("--bus-job-retention", "RUNNERSCALE_BUS_JOB_RETENTION", "seconds job events are kept")
+    ] = 24 * 3600.0
+    duplicate_window: Annotated[
+        float,
+        option("--bus-duplicate-window", "RUNNERSCALE_BUS_DUPLICATE_WINDOW", "seconds of Nats-Msg-Id de-duplication"),
+    ] = 120.0
+    # KV TTL of shard/member/leader keys
+    lease_ttl: Annotated[
+        float, option("--bus-lease-ttl", "RUNNERSCALE_BUS_LEASE_TTL", "seconds a lease outlives its last renewal")
+    ] = 10.0
+    # 0 = lease_ttl / 4; must be < lease_ttl / 3
+    renew_interval: Annotated[
+        float,
+        option("--bus-renew-interval", "RUNNERSCALE_BUS_RENEW_INTERVAL", "seconds between renewals (default ttl/4)"),
+    ] = 0.0
+    shards: Annotated[
+        int, option("--bus-shards", "RUNNERSCALE_BUS_SHARDS", "number of shards resource keys hash to")
+    ] = 16
+    # first connection, per attempt
+    connect_timeout: Annotated[
+        float,
+        option("--nats-connect-timeout", "RUNNERSCALE_NATS_CONNECT_TIMEOUT", "seconds to connect at start-up"),
+    ] = 5.0
+    # one JetStream API call or publish attempt
+    request_timeout: Annotated[
+        float, option("--nats-request-timeout", "RUNNERSCALE_NATS_REQUEST_TIMEOUT", "seconds per JetStream request")
+    ] = 5.0
+    # bounded retries of one publish, then PublishFailed
+    publish_deadline: Annotated[
+        float, option("--bus-publish-deadline", "RUNNERSCALE_BUS_PUBLISH_DEADLINE", "seconds a publish is retried")
+    ] = 30.0
+    # messages buffered while NATS is unreachable
+    outbox_capacity: Annotated[
+        int,
+        option("--bus-outbox-capacity", "RUNNERSCALE_BUS_OUTBOX_CAPACITY", "messages buffered while NATS is down"),
+    ] = 10_000
+    # base pause between reconnect attempts (doubles up to 8x, jittered)
+    reconnect_wait: Annotated[
+        float,
+        option(
+            "--nats-reconnect-wait",
+            "RUNNERSCALE_NATS_RECONNECT_WAIT",
+            "base seconds between reconnect attempts (doubles, jittered)",
+        ),
+    ] = 1.0
 
     def __repr__(self) -> str:
         shown = {f: getattr(self, f) for f in self.__struct_fields__ if f not in ("password", "token")}
         shown["password"] = "[redacted]" if self.password else ""
         shown["token"] = "[redacted]" if self.token else ""
         return "BusSettings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+    def validate(self) -> None:
+        _problems(self)
 
     @property
     def effective_renew_interval(self) -> float:
@@ -69,139 +138,31 @@ class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
         return self.lease_ttl - max(0.2 * self.lease_ttl, 0.25)
 
 
-@dataclass(frozen=True)
-class Option:
-    field: str
-    env: str
-    flag: str
-    parse: Callable[[str], Any]
-    help: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.env} / {self.flag}"
-
-
-def _urls(raw: str) -> tuple[str, ...]:
-    return tuple(u.strip() for u in raw.split(",") if u.strip())
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("nats_urls", "RUNNERSCALE_NATS_URL", "--nats-url", _urls, "NATS server URL(s), comma-separated"),
-    Option("creds_file", "RUNNERSCALE_NATS_CREDS", "--nats-creds", str, "NATS credentials file (.creds)"),
-    Option("user", "RUNNERSCALE_NATS_USER", "--nats-user", str, "NATS user name"),
-    Option("password", "RUNNERSCALE_NATS_PASSWORD", "--nats-password", str, "NATS password (prefer the env var)"),
-    Option("token", "RUNNERSCALE_NATS_TOKEN", "--nats-token", str, "NATS token (prefer the env var)"),
-    Option("tls_ca", "RUNNERSCALE_NATS_TLS_CA", "--nats-tls-ca", str, "CA bundle to verify the NATS server"),
-    Option("tls_cert", "RUNNERSCALE_NATS_TLS_CERT", "--nats-tls-cert", str, "client certificate (mutual TLS)"),
-    Option("tls_key", "RUNNERSCALE_NATS_TLS_KEY", "--nats-tls-key", str, "client key (mutual TLS)"),
-    Option(
-        "stream_replicas",
-        "RUNNERSCALE_NATS_STREAM_REPLICAS",
-        "--nats-stream-replicas",
-        int,
-        "JetStream replicas per stream/bucket",
-    ),
-    Option("history", "RUNNERSCALE_BUS_HISTORY", "--bus-history", int, "messages kept per subject on level streams"),
-    Option(
-        "job_retention", "RUNNERSCALE_BUS_JOB_RETENTION", "--bus-job-retention", float, "seconds job events are kept"
-    ),
-    Option(
-        "duplicate_window",
-        "RUNNERSCALE_BUS_DUPLICATE_WINDOW",
-        "--bus-duplicate-window",
-        float,
-        "seconds of Nats-Msg-Id de-duplication",
-    ),
-    Option(
-        "lease_ttl", "RUNNERSCALE_BUS_LEASE_TTL", "--bus-lease-ttl", float, "seconds a lease outlives its last renewal"
-    ),
-    Option(
-        "renew_interval",
-        "RUNNERSCALE_BUS_RENEW_INTERVAL",
-        "--bus-renew-interval",
-        float,
-        "seconds between renewals (default ttl/4)",
-    ),
-    Option("shards", "RUNNERSCALE_BUS_SHARDS", "--bus-shards", int, "number of shards resource keys hash to"),
-    Option(
-        "connect_timeout",
-        "RUNNERSCALE_NATS_CONNECT_TIMEOUT",
-        "--nats-connect-timeout",
-        float,
-        "seconds to connect at start-up",
-    ),
-    Option(
-        "request_timeout",
-        "RUNNERSCALE_NATS_REQUEST_TIMEOUT",
-        "--nats-request-timeout",
-        float,
-        "seconds per JetStream request",
-    ),
-    Option(
-        "publish_deadline",
-        "RUNNERSCALE_BUS_PUBLISH_DEADLINE",
-        "--bus-publish-deadline",
-        float,
-        "seconds a publish is retried",
-    ),
-    Option(
-        "outbox_capacity",
-        "RUNNERSCALE_BUS_OUTBOX_CAPACITY",
-        "--bus-outbox-capacity",
-        int,
-        "messages buffered while NATS is down",
-    ),
-    Option(
-        "reconnect_wait",
-        "RUNNERSCALE_NATS_RECONNECT_WAIT",
-        "--nats-reconnect-wait",
-        float,
-        "base seconds between reconnect attempts (doubles, jittered)",
-    ),
-)
-_BY_FIELD = {o.field: o for o in OPTIONS}
-
-
 def add_bus_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every bus flag to ``parser`` (default None: unset flags fall back to the environment)."""
-    group = parser.add_argument_group("NATS bus")
-    for o in OPTIONS:
-        group.add_argument(o.flag, dest=f"bus_{o.field}", default=None, metavar=o.env, help=f"{o.help} [env {o.env}]")
+    settings.add_arguments(parser, BusSettings)
 
 
 def load_settings(args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> BusSettings:
     """Build and validate settings: defaults < environment < flags."""
-    env = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    for o in OPTIONS:
-        raw = getattr(args, f"bus_{o.field}", None) if args is not None else None
-        if raw is None:
-            raw = env.get(o.env)
-        if raw is None or raw == "":
-            continue
-        try:
-            values[o.field] = o.parse(raw)
-        except ValueError:
-            raise SettingsError(o.label, f"cannot parse {o.field.replace('_', ' ')} from {_shown(o, raw)!r}") from None
-    settings = BusSettings(**values)
-    validate(settings)
-    register_secret(settings.password)
-    register_secret(settings.token)
-    for url in settings.nats_urls:  # nats://user:password@host also carries a secret
+    loaded = settings.load(BusSettings, args, environ)
+    register_secrets(loaded)
+    return loaded
+
+
+def register_secrets(s: BusSettings) -> None:
+    """Mask the bus credentials in every later log line."""
+    register_secret(s.password)
+    register_secret(s.token)
+    for url in s.nats_urls:  # nats://user:password@host also carries a secret
         register_secret(urlsplit(url).password)
-    return settings
 
 
-def _shown(o: Option, raw: str) -> str:
-    return "[redacted]" if o.field in ("password", "token") else raw
+def _problems(s: BusSettings) -> None:
+    """Raise :class:`InvalidSetting` for the first bad setting."""
 
-
-def validate(s: BusSettings) -> None:
-    """Raise :class:`SettingsError` naming the first bad setting."""
-
-    def bad(field: str, problem: str) -> SettingsError:
-        return SettingsError(_BY_FIELD[field].label, problem)
+    def bad(field: str, problem: str) -> InvalidSetting:
+        return InvalidSetting(field, problem)
 
     if not s.nats_urls:
         raise bad("nats_urls", "at least one URL is required")
@@ -256,6 +217,11 @@ def validate(s: BusSettings) -> None:
         raise bad("shards", f"must be 1..4096, got {s.shards}")
     if s.outbox_capacity < 1:
         raise bad("outbox_capacity", f"must be >= 1, got {s.outbox_capacity}")
+
+
+def validate(s: BusSettings) -> None:
+    """Raise :class:`SettingsError` naming the first bad setting (flag and environment variable)."""
+    settings.check(s)
 
 
 def nkeys_available() -> bool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import re
-import zlib
 
 import msgspec
 
@@ -250,18 +249,6 @@ def bucket_spec(name: str) -> BucketSpec:
         if spec.name == name:
             return spec
     raise KeyError(f"{name!r} is not a runnerscale KV bucket (see shared.bus.subjects.BUCKET_SPECS)")
-
-
-def resource_key(namespace: str, name: str) -> str:
-    """The key a resource is sharded on."""
-    return f"{namespace}/{name}"
-
-
-def shard_of(key: str, shards: int) -> int:
-    """Stable shard of a key: CRC-32 of its UTF-8 bytes (never Python's per-process ``hash()``)."""
-    if shards < 1:
-        raise ValueError("shards must be >= 1")
-    return zlib.crc32(key.encode("utf-8")) % shards
 
 
 def shard_lease_key(group: str, shard: int) -> str:

@@ -8,7 +8,21 @@ async with await KubeClient.connect(kubeconfig) as kube:
 """
 
 from shared.kube.client import DEFAULT_REQUEST_TIMEOUT, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
-from shared.kube.controller import Controller, For, Owns, Result, Source, WakeUps, Watches, controller_owner_key
+from shared.kube.controller import (
+    DONE,
+    Controller,
+    For,
+    Outcome,
+    Owns,
+    Reconcile,
+    ReconcileContext,
+    Reconciler,
+    Result,
+    Source,
+    WakeUps,
+    Watches,
+    controller_owner_key,
+)
 from shared.kube.errors import (
     AlreadyExists,
     BadRequest,
@@ -35,6 +49,7 @@ from shared.kube.resources import (
     ALL_RESOURCES,
     AUTOSCALING_LISTENERS,
     AUTOSCALING_RUNNER_SETS,
+    CONFIG_MAPS,
     EPHEMERAL_RUNNER_SETS,
     EPHEMERAL_RUNNERS,
     EVENTS,
@@ -51,14 +66,16 @@ from shared.kube.resources import (
     Resource,
 )
 from shared.kube.selectors import LabelSelector, SelectorError, parse_label_selector
-from shared.kube.workqueue import QueueShutDown, WorkQueue, backoff_delay
+from shared.kube.workqueue import QueueShutDown, WorkQueue
 from shared.kube.writer import ApiWriter, PropagationPolicy, best_effort_writes, retry_on_conflict
 
 __all__ = [
     "ALL_RESOURCES",
     "AUTOSCALING_LISTENERS",
     "AUTOSCALING_RUNNER_SETS",
+    "CONFIG_MAPS",
     "DEFAULT_REQUEST_TIMEOUT",
+    "DONE",
     "EPHEMERAL_RUNNERS",
     "EPHEMERAL_RUNNER_SETS",
     "EVENTS",
@@ -100,9 +117,13 @@ __all__ = [
     "LocklessWrite",
     "NotFound",
     "ObjectKey",
+    "Outcome",
     "Owns",
     "PropagationPolicy",
     "QueueShutDown",
+    "Reconcile",
+    "ReconcileContext",
+    "Reconciler",
     "Resource",
     "Result",
     "SelectorError",
@@ -114,7 +135,6 @@ __all__ = [
     "WakeUps",
     "Watches",
     "WorkQueue",
-    "backoff_delay",
     "best_effort_writes",
     "controller_metrics",
     "controller_owner_key",

@@ -3,7 +3,7 @@
 Requests go through ``ApiClient.call_api`` (so kubeconfig auth, exec plugins, token refresh, TLS and
 proxies behave exactly as in kubernetes-asyncio) with ``_preload_content=False``: this module reads
 the raw bytes, decodes them with msgspec and turns every failure into a :class:`KubeError`. The
-generated per-kind methods are not used, which sidesteps two of their traps (research §3.1): the
+generated per-kind methods are not used, which sidesteps two of their traps: the
 JSON-patch default for dict bodies on custom resources, and ``None`` returned for unmapped 2xx codes.
 
 Every call has a deadline: ``request_timeout`` (default 30 s) unless the call passes its own.
@@ -74,7 +74,7 @@ class KubeClient:
 
         cfg = client.Configuration()
         try:
-            config.load_incluster_config(client_configuration=cfg)
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError) as exc:
             raise ConnectionFailed("load in-cluster config", str(exc)) from None
         return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout)
@@ -124,7 +124,7 @@ class KubeClient:
         if self._closed:
             raise ConnectionFailed(what, "client is closed")
         try:
-            return await self._api.call_api(
+            response: aiohttp.ClientResponse = await self._api.call_api(
                 path,
                 method,
                 query_params=list(query),
@@ -136,6 +136,7 @@ class KubeClient:
             )
         except ConfigException as exc:  # credentials could not be refreshed (exec plugin, token file)
             raise ConnectionFailed(what, f"authentication failed: {exc}") from None
+        return response
 
     async def request(
         self,

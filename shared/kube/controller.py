@@ -1,55 +1,119 @@
-"""The controller shell: sources → keyed work queue → N workers calling ``reconcile(key)``.
+"""The controller: sources → keyed work queue → N workers calling ``reconcile(key, ctx) -> Result``.
 
     controller = Controller(
         "ephemeralrunnerset",
-        reconcile,                                   # async (ObjectKey) -> Result | None
+        reconciler.reconcile,                        # async (ObjectKey, ReconcileContext) -> Result
         [For(ers_informer), Owns(er_informer, "EphemeralRunnerSet"), WakeUps(bus_keys)],
         workers=2,
-        owns=shard.owns,                            # (ObjectKey) -> bool, or None for "all"
+        owns=shard.owns,                             # (ObjectKey) -> bool, or None for "all"
+        fence=shard.held,                            # the lease held for the whole reconcile
+        timeout=300.0,                               # the per-reconcile deadline
     )
     async with anyio.create_task_group() as tg:
-        tg.start_soon(controller.run)
+        await tg.start(controller.run)               # returns once caches synced and workers run
 
-- ``reconcile`` raising is logged with the key and retried with per-key exponential backoff; the
-  loop never crashes. ``Result(requeue_after=s)`` re-runs the key after ``s`` seconds.
-- Keys for which ``owns(key)`` is False are skipped (another replica reconciles them); ownership is
-  checked when a key is added and again just before it is reconciled.
-- Informers named by the sources are run by the controller unless already running (run a shared
-  informer yourself in the enclosing task group). Workers start once all of them have synced.
-- Cancelling the enclosing task group cancels an in-flight reconcile at its next await (handlers
-  are idempotent, so the key is simply reconciled again later). :meth:`stop` is the graceful path:
-  no new keys are taken, in-flight reconciles finish, then :meth:`run` returns.
+The controller, not the reconciler, owns what every reconcile needs (README "Worker runtime"):
+
+- **Lease fence.** Keys for which ``owns(key)`` is False are skipped (another replica reconciles
+  them), checked when a key is added and again just before it is reconciled. With ``fence`` the
+  whole reconcile runs inside ``fence(key)``: a lease lost mid-reconcile cancels it at its next
+  await (outcome ``not_owner``; the new owner reconciles the key).
+- **Conflicts.** Every reconcile runs inside :func:`retry_on_conflict`: a 409 re-runs it from
+  fresh reads, and a write without a resourceVersion/uid precondition is refused before it is sent.
+  When every attempt met a 409 the key is retried with its backoff (outcome ``conflict``).
+- **Deadline.** ``timeout`` bounds one reconcile, retries included (outcome ``timeout``, retried
+  with backoff).
+- **Outcomes.** Each reconcile ends in exactly one :class:`Outcome`, the ``result`` label of
+  ``controller_runtime_reconcile_total``. A raised error is logged with the key and retried with
+  per-key exponential backoff (a server's Retry-After wins); the loop never crashes.
+
+Informers named by the sources are run by the controller unless already running (run a shared
+informer yourself in the enclosing task group). Workers start once all of them have synced.
+Cancelling the enclosing task group cancels an in-flight reconcile at its next await (reconciles
+are idempotent, so the key is simply reconciled again later). :meth:`stop` is the graceful path:
+no new keys are taken, in-flight reconciles finish, then :meth:`run` returns.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, Protocol
 
 import anyio
+import anyio.abc
 from prometheus_client import CollectorRegistry
 
 from shared.api.constants import GROUP
-from shared.kube.errors import Throttled
+from shared.kube.errors import Conflict, Throttled
 from shared.kube.informer import Change, Informer
 from shared.kube.metrics import controller_metrics
 from shared.kube.resources import InvalidKey, ObjectKey
 from shared.kube.workqueue import QueueShutDown, WorkQueue
-from shared.log import get_logger
+from shared.kube.writer import retry_on_conflict
+from shared.log import StructLogger, get_logger
+from shared.shards import NotOwner
 
 log = get_logger(__name__)
+
+#: Attempts of one reconcile when writes meet 409 Conflict (client-go's DefaultRetry has 5 steps).
+CONFLICT_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
 class Result:
-    """What a reconcile asks for: nothing (done), or another run after ``requeue_after`` seconds."""
+    """What a reconcile asks for: nothing more (``Result()``), or another run after ``requeue_after`` seconds."""
 
     requeue_after: float | None = None
 
 
-Reconcile = Callable[[ObjectKey], Awaitable[Result | None]]
+#: The reconcile is done until something changes.
+DONE = Result()
+
+
+class Outcome(StrEnum):
+    """How one reconcile ended: the closed set of ``result`` labels of ``controller_runtime_reconcile_total``."""
+
+    SUCCESS = "success"  # returned Result(): done until something changes
+    REQUEUE_AFTER = "requeue_after"  # returned Result(requeue_after=s): run again after s seconds
+    ERROR = "error"  # raised: retried with the key's exponential backoff
+    CONFLICT = "conflict"  # every attempt met a 409: retried with the key's backoff
+    TIMEOUT = "timeout"  # ran past the per-reconcile deadline: cancelled, retried with backoff
+    NOT_OWNER = "not_owner"  # the shard lease was lost: dropped here, the new owner reconciles it
+
+
+@dataclass(frozen=True)
+class ReconcileContext:
+    """What the controller hands each reconcile besides the key."""
+
+    controller: str
+    attempt: int  # 1, 2, ...: a 409 re-runs the reconcile from fresh reads
+    deadline: float  # anyio.current_time() after which the reconcile is cancelled (inf: none)
+    log: StructLogger  # bound with controller, namespace and name
+
+    @classmethod
+    def direct(cls, controller: str = "direct") -> ReconcileContext:
+        """A context for calling a reconciler without a controller (tests, one-off tools): first
+        attempt, no deadline."""
+        return cls(controller, 1, float("inf"), log.bind(controller=controller))
+
+
+class Reconciler(Protocol):
+    """The one contract of every controller worker's I/O shell (README "Worker runtime")."""
+
+    async def reconcile(self, key: ObjectKey, ctx: ReconcileContext) -> Result: ...
+
+
+Reconcile = Callable[[ObjectKey, ReconcileContext], Awaitable[Result]]
+Fence = Callable[[ObjectKey], AbstractAsyncContextManager[None]]
+
+
+@asynccontextmanager
+async def _unfenced(_: ObjectKey) -> AsyncIterator[None]:
+    yield
 
 
 # --- sources ----------------------------------------------------------------------------------------
@@ -127,18 +191,27 @@ class Controller:
         *,
         workers: int = 1,
         owns: Callable[[ObjectKey], bool] | None = None,
+        fence: Fence | None = None,
+        timeout: float | None = None,
+        conflict_attempts: int = CONFLICT_ATTEMPTS,
         registry: CollectorRegistry | None = None,
         base_delay: float = 0.005,
         max_delay: float = 300.0,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be > 0")
         self.name = name
         self.reconcile = reconcile
         self.sources = list(sources)
         self.workers = workers
         self.owns = owns
+        self.fence = fence or _unfenced
+        self.timeout = timeout
+        self.conflict_attempts = conflict_attempts
         self.queue: WorkQueue[ObjectKey] = WorkQueue(base_delay=base_delay, max_delay=max_delay)
+        self.stopped = anyio.Event()
         self._metrics = controller_metrics(registry)
         self._metrics.max_concurrent_reconciles.labels(name).set(workers)
         self._log = log.bind(controller=name)
@@ -192,16 +265,19 @@ class Controller:
         offered = 0
         for source in self.sources:
             if isinstance(source, For):
-                for key in source.informer.keys():
+                for key in source.informer.keys():  # noqa: SIM118 - Informer.keys() is a method, not a dict view
                     self.enqueue(key)
                     offered += 1
         return offered
 
     def stop(self) -> None:
-        """Graceful stop: take no new keys, let in-flight reconciles finish, then ``run`` returns."""
+        """Graceful stop: take no new keys, let in-flight reconciles finish, then ``run`` returns
+        (``stopped`` is set then)."""
         self.queue.shutdown()
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until :meth:`stop` (or cancellation); ``task_status.started()`` once the caches
+        have synced and the workers take keys."""
         informers: list[Informer[Any]] = []
         removers: list[Callable[[], None]] = []
         for source in self.sources:
@@ -214,21 +290,23 @@ class Controller:
             async with anyio.create_task_group() as sources_tg:
                 for informer in informers:
                     if not informer.running:
-                        sources_tg.start_soon(informer.run)
+                        await sources_tg.start(informer.run)
                 for source in self.sources:
                     if isinstance(source, WakeUps):
                         sources_tg.start_soon(self._pump, source)
                 for informer in informers:
-                    await informer.has_synced.wait()
+                    await informer.has_synced.wait()  # a shared informer run by the caller
                 self._log.info("caches synced; workers starting")
                 async with anyio.create_task_group() as workers_tg:
                     for _ in range(self.workers):
                         workers_tg.start_soon(self._worker)
+                    task_status.started()
                 # Workers return only after stop(): end the sources too.
                 sources_tg.cancel_scope.cancel()
         finally:
             for remove in removers:
                 remove()
+            self.stopped.set()
             self._log.info("controller stopped")
 
     async def _worker(self) -> None:
@@ -253,28 +331,77 @@ class Controller:
         m.active_workers.labels(self.name).inc()
         started = time.perf_counter()
         try:
-            result = await self.reconcile(key)
-        except Exception as exc:
-            m.reconcile_total.labels(self.name, "error").inc()
-            m.reconcile_errors_total.labels(self.name).inc()
-            m.queue_retries_total.labels(self.name, self.name).inc()
-            # A server's Retry-After wins over a shorter backoff: an earlier retry is throttled again.
-            retry_after = exc.retry_after if isinstance(exc, Throttled) and exc.retry_after else 0.0
-            delay = self.queue.add_rate_limited(key, at_least=retry_after)
-            self._log.error(
-                "reconcile failed; retrying",
-                namespace=key.namespace,
-                name=key.name,
-                error=f"{type(exc).__name__}: {exc}",
-                retry_in=round(delay, 3),
-            )
-            return
+            outcome, result, error = await self._reconcile_once(key)
         finally:
             m.reconcile_time_seconds.labels(self.name).observe(time.perf_counter() - started)
             m.active_workers.labels(self.name).dec()
-        self.queue.forget(key)
-        if result is not None and result.requeue_after is not None:
-            m.reconcile_total.labels(self.name, "requeue_after").inc()
-            self.queue.add_after(key, result.requeue_after)
-        else:
-            m.reconcile_total.labels(self.name, "success").inc()
+        m.reconcile_total.labels(self.name, outcome).inc()
+        self._settle(key, outcome, result, error)
+
+    async def _reconcile_once(self, key: ObjectKey) -> tuple[Outcome, Result, BaseException | None]:
+        """One reconcile under the fence, the conflict policy and the deadline; never raises
+        (except cancellation of the enclosing task group)."""
+        bound = self._log.bind(namespace=key.namespace, name=key.name)
+        deadline = anyio.current_time() + self.timeout if self.timeout is not None else float("inf")
+        attempt = 0
+
+        async def run() -> Result:
+            nonlocal attempt
+            attempt += 1
+            ctx = ReconcileContext(self.name, attempt, deadline, bound)
+            return await self.reconcile(key, ctx)
+
+        def conflicted(exc: Conflict, tried: int) -> None:
+            self._metrics.conflicts_total.labels(self.name).inc()
+            bound.info("stale read; re-reading and deciding again", error=str(exc), attempt=tried)
+
+        try:
+            with anyio.CancelScope(deadline=deadline) as scope:
+                async with self.fence(key):
+                    result = await retry_on_conflict(run, attempts=self.conflict_attempts, on_conflict=conflicted)
+                return (Outcome.REQUEUE_AFTER if result.requeue_after is not None else Outcome.SUCCESS), result, None
+            # Only the deadline's own scope gets here: it cancelled the reconcile.
+            assert scope.cancelled_caught
+            return Outcome.TIMEOUT, DONE, None
+        except NotOwner as exc:
+            return Outcome.NOT_OWNER, DONE, exc
+        except Conflict as exc:
+            return Outcome.CONFLICT, DONE, exc
+        except Exception as exc:
+            return Outcome.ERROR, DONE, exc
+
+    def _settle(self, key: ObjectKey, outcome: Outcome, result: Result, error: BaseException | None) -> None:
+        """What the queue does after ``outcome``: one place for every retry decision."""
+        m = self._metrics
+        match outcome:
+            case Outcome.SUCCESS:
+                self.queue.forget(key)
+            case Outcome.REQUEUE_AFTER:
+                self.queue.forget(key)
+                assert result.requeue_after is not None
+                self.queue.add_after(key, result.requeue_after)
+            case Outcome.NOT_OWNER:
+                # Another replica holds the key now; if this one wins it back, the resync re-enqueues it.
+                self.queue.forget(key)
+                self._log.info(
+                    "lease lost during reconcile; left to the new owner", namespace=key.namespace, name=key.name
+                )
+            case Outcome.ERROR | Outcome.CONFLICT | Outcome.TIMEOUT:
+                if outcome is not Outcome.CONFLICT:
+                    m.reconcile_errors_total.labels(self.name).inc()
+                m.queue_retries_total.labels(self.name, self.name).inc()
+                # A server's Retry-After wins over a shorter backoff: an earlier retry is throttled again.
+                retry_after = error.retry_after if isinstance(error, Throttled) and error.retry_after else 0.0
+                delay = self.queue.add_rate_limited(key, at_least=retry_after)
+                what = {
+                    Outcome.ERROR: "reconcile failed; retrying",
+                    Outcome.CONFLICT: "reconcile met a conflict on every attempt; retrying",
+                    Outcome.TIMEOUT: "reconcile ran past its deadline and was cancelled; retrying",
+                }[outcome]
+                self._log.error(
+                    what,
+                    namespace=key.namespace,
+                    name=key.name,
+                    error=f"{type(error).__name__}: {error}" if error is not None else f"timeout {self.timeout}s",
+                    retry_in=round(delay, 3),
+                )

@@ -10,6 +10,8 @@ testable without a server.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 
@@ -141,7 +143,7 @@ class LocklessWrite(KubeError):
     """A write without a resourceVersion precondition was issued inside :func:`retry_on_conflict`.
 
     Such a write can never conflict, so the retry loop around it would be protection in name
-    only (seeds/003). Raised before anything is sent.
+    only. Raised before anything is sent.
     """
 
 
@@ -168,7 +170,7 @@ def translate_status(request: str, code: int, body: bytes, headers: object = Non
         status.message if status and status.message else body[:200].decode("utf-8", "replace").strip()
     ) or f"HTTP {code}"
     details = status.details if status else None
-    kw = {"status": code, "reason": reason, "details": details}
+    kw: dict[str, Any] = {"status": code, "reason": reason, "details": details}
     if code == 404:
         return NotFound(request, message, **kw)
     if code == 409:

@@ -42,7 +42,7 @@ class InvolvedObject:
     @classmethod
     def of(cls, obj: Any) -> InvolvedObject:
         """From a typed object (a custom resource struct or one of ``shared.kube.objects``)."""
-        kind = getattr(obj, "KIND", None) or getattr(obj, "kind", "")
+        kind = str(getattr(obj, "KIND", None) or getattr(obj, "kind", ""))
         resource = RESOURCE_BY_KIND.get(kind)
         api_version = getattr(obj, "api_version", "") or (resource.api_version if resource else "")
         meta = obj.metadata

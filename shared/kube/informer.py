@@ -22,9 +22,11 @@ from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 import anyio
+import anyio.abc
 import msgspec
 
 from shared.api import ObjectMeta
+from shared.backoff import Backoff
 from shared.kube.client import KubeClient
 from shared.kube.codec import decode_object
 from shared.kube.errors import DecodeFailed, Gone, KubeError, Status, Throttled, status_from_watch_error
@@ -87,21 +89,6 @@ def is_stale(cached_rv: str, incoming_rv: str) -> bool:
     return a is not None and b is not None and b <= a
 
 
-class Backoff:
-    """Capped exponential backoff with jitter (pure state; the caller sleeps)."""
-
-    def __init__(self, base: float = 0.2, cap: float = 10.0) -> None:
-        self.base, self.cap, self.failures = base, cap, 0
-
-    def next(self) -> float:
-        delay = min(self.cap, self.base * (2**self.failures))
-        self.failures += 1
-        return delay * (0.5 + random.random() / 2)
-
-    def reset(self) -> None:
-        self.failures = 0
-
-
 class Informer(Generic[T]):
     """A cache of one resource, optionally scoped to a namespace and label/field selectors.
 
@@ -137,7 +124,8 @@ class Informer(Generic[T]):
         self._by_owner: dict[str, set[ObjectKey]] = {}
         self._handlers: list[Handler] = []
         self._running = False
-        self._backoff = Backoff(cap=max_backoff)
+        self._backoff = Backoff(base=0.2, cap=max_backoff)
+        self._failures = 0  # list/watch failures in a row
         self._what = resource.describe("WATCH", namespace=self.namespace)
 
     # --- reading the cache -------------------------------------------------------------------------
@@ -275,29 +263,34 @@ class Informer(Generic[T]):
 
     # --- the loop ----------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """List and watch until cancelled. Never returns normally; errors are retried with backoff."""
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """List and watch until cancelled. Never returns normally; errors are retried with backoff.
+        ``task_status.started()`` once the first list is in the cache (``has_synced``)."""
         if self._running:
             raise RuntimeError(f"informer for {self.resource.qualified} is already running")
         self._running = True
         need_list = True
+        started_up = False
         try:
             while True:
                 try:
                     if need_list:
                         await self._list()
                         need_list = False
-                    started, events = time.monotonic(), await self._watch()
-                    if events == 0 and time.monotonic() - started < 1.0:
+                        if not started_up:
+                            started_up = True
+                            task_status.started()
+                    began, events = time.monotonic(), await self._watch()
+                    if events == 0 and time.monotonic() - began < 1.0:
                         # A stream that ends at once without events: do not spin on it.
-                        await anyio.sleep(self._backoff.next())
+                        await anyio.sleep(self._next_delay())
                     else:
-                        self._backoff.reset()
+                        self._failures = 0
                 except Gone as exc:
                     log.info("watch history compacted; relisting", resource=self.resource.qualified, error=str(exc))
                     need_list = True
                 except KubeError as exc:
-                    delay = self._backoff.next()
+                    delay = self._next_delay()
                     if isinstance(exc, Throttled) and exc.retry_after:
                         delay = max(delay, exc.retry_after)
                     log.warning(
@@ -309,6 +302,13 @@ class Informer(Generic[T]):
                     await anyio.sleep(delay)
         finally:
             self._running = False
+
+    def _next_delay(self) -> float:
+        """The pause before the next list/watch attempt: exponential, jittered to [0.5, 1] of it so
+        many informers do not retry in step."""
+        delay = self._backoff.jittered(self._failures, 0.5, 1.0)
+        self._failures += 1
+        return delay
 
     async def _list(self) -> None:
         self.relists += 1

@@ -36,7 +36,7 @@ can have acquired the shard. Defaults: ``D`` = 15 s, ``T`` = ``D/5`` = 3 s, marg
 ``V`` = 10.5 s, renewals every 5 s (a failed one is retried after 2.5 s), so two renewal attempts
 can fail before the shard lapses locally. A write that reaches the server later than ``T`` after
 it was sent is not covered by the time fence; resourceVersion preconditions and deterministic
-object names (a second create is ``AlreadyExists``) are the second line (DESIGN §4).
+object names (a second create is ``AlreadyExists``) are the second line (README "Kubernetes access layer").
 
 Hand-over bound: a crashed replica's last renewal landed at ``l``; a peer lists every ``R`` so it
 first sees that version by ``l + R`` and acquires ``D`` later: within ``D + R`` (20 s with the
@@ -51,18 +51,14 @@ import re
 import secrets
 import zlib
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 
-from shared.bus import metrics as m
-from shared.bus import subjects
-from shared.bus.bus import background_tasks
-from shared.bus.errors import NotOwner
-from shared.bus.leases import ChangeCallback, ShardChange, fair_share, plan_claims, preference_order
+from shared import shards as sharding
 from shared.kube.client import KubeClient
 from shared.kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
 from shared.kube.objects import Lease, micro_time
@@ -70,6 +66,7 @@ from shared.kube.reader import ApiReader
 from shared.kube.resources import LEASES, NAMESPACES, ObjectKey
 from shared.kube.writer import ApiWriter
 from shared.log import get_logger
+from shared.tasks import background_tasks
 
 log = get_logger(__name__)
 
@@ -85,8 +82,6 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "KubeShardOwnership",
     "LeaseTiming",
-    "NotOwner",
-    "ShardChange",
     "default_lease_namespace",
     "member_lease_name",
     "shard_lease_name",
@@ -219,7 +214,7 @@ class KubeShardOwnership:
 
     The public interface is that of :class:`shared.bus.leases.ShardOwnership`: :meth:`owns` to
     filter work, ``async with ownership.held(key):`` (or :meth:`check`, raising
-    :class:`shared.bus.errors.NotOwner`) right before a write, ``on_change`` called with
+    :class:`shared.shards.NotOwner`) right before a write, ``on_change`` called with
     gained/lost shards after every round that changed them, :meth:`owned_shards`,
     :meth:`shard_of`, :meth:`wait_ready`, ``members`` and :meth:`abandon`.
     """
@@ -233,7 +228,7 @@ class KubeShardOwnership:
         shards: int | None = None,
         namespace: str | None = None,
         timing: LeaseTiming | None = None,
-        on_change: ChangeCallback | None = None,
+        on_change: sharding.ChangeCallback | None = None,
     ) -> None:
         if not replica_id:
             raise ValueError("replica_id must not be empty")
@@ -255,7 +250,7 @@ class KubeShardOwnership:
         self._member_name = member_lease_name(group, replica_id)
         self._held: dict[int, _Held] = {}
         self._seen: dict[str, _Seen] = {}
-        self._preference = preference_order(replica_id, self.shards)
+        self._preference = sharding.preference_order(replica_id, self.shards)
         self._abandoned = False
         self._first_round = anyio.Event()
         self._reported: frozenset[int] = frozenset()
@@ -271,7 +266,7 @@ class KubeShardOwnership:
         shards: int | None = None,
         namespace: str | None = None,
         timing: LeaseTiming | None = None,
-        on_change: ChangeCallback | None = None,
+        on_change: sharding.ChangeCallback | None = None,
     ) -> AsyncIterator[KubeShardOwnership]:
         """Join ``group`` and keep claiming/renewing until the block exits, then release."""
         self = cls(
@@ -287,12 +282,12 @@ class KubeShardOwnership:
             for lease in self._held.values():
                 _lose(lease)
             self._held.clear()
-            m.SHARDS_OWNED.labels(group).set(0)
+            sharding.SHARDS_OWNED.labels(group).set(0)
 
     # -- queries (pure, local) --
 
     def shard_of(self, key: str) -> int:
-        return subjects.shard_of(key, self.shards)
+        return sharding.shard_of(key, self.shards)
 
     def owned_shards(self) -> frozenset[int]:
         """Shards whose lease is locally valid right now."""
@@ -304,9 +299,9 @@ class KubeShardOwnership:
         return lease is not None and _now() < lease.valid_until
 
     def check(self, key: str) -> None:
-        """Raise :class:`NotOwner` unless this replica holds ``key``'s shard right now."""
+        """Raise :class:`shared.shards.NotOwner` unless this replica holds ``key``'s shard right now."""
         if not self.owns(key):
-            raise NotOwner(key, self.shard_of(key))
+            raise sharding.NotOwner(key, self.shard_of(key))
 
     @asynccontextmanager
     async def held(self, key: str) -> AsyncIterator[None]:
@@ -315,7 +310,7 @@ class KubeShardOwnership:
         shard = self.shard_of(key)
         lease = self._held.get(shard)
         if lease is None or _now() >= lease.valid_until:
-            raise NotOwner(key, shard)
+            raise sharding.NotOwner(key, shard)
         with anyio.CancelScope(deadline=lease.valid_until) as scope:
             lease.scopes.add(scope)
             try:
@@ -323,7 +318,7 @@ class KubeShardOwnership:
             finally:
                 lease.scopes.discard(scope)
         if scope.cancelled_caught:
-            raise NotOwner(key, shard)
+            raise sharding.NotOwner(key, shard)
 
     async def wait_ready(self) -> None:
         """Wait for the first claim round (so :meth:`owns` reflects a real decision)."""
@@ -398,10 +393,12 @@ class KubeShardOwnership:
         if not await self._renew_all(by_name):
             ok = False
 
-        to_claim, to_release = plan_claims(set(self.owned_shards()), self.shards, self.members, self._preference)
+        to_claim, to_release = sharding.plan_claims(
+            set(self.owned_shards()), self.shards, self.members, self._preference
+        )
         for shard in to_release:
             await self._release(self._held.pop(shard))
-        wanted = fair_share(self.shards, self.members) - len(self.owned_shards())
+        wanted = sharding.fair_share(self.shards, self.members) - len(self.owned_shards())
         now = _now()
         claims = [shard for shard in to_claim if self._claimable(shard, now)][: max(0, wanted)]
         failures: list[int] = []
@@ -478,10 +475,8 @@ class KubeShardOwnership:
             log.info("member lease renewal failed", group=self.group, error=f"{type(exc).__name__}: {exc}")
             return False
         body = {"metadata": self._meta(self._member_name, "member"), "spec": {**spec, "acquireTime": stamp}}
-        try:
+        with suppress(AlreadyExists):
             await self._create(body)
-        except AlreadyExists:
-            pass
         return True
 
     async def _create(self, body: dict[str, Any]) -> Lease:
@@ -634,7 +629,7 @@ class KubeShardOwnership:
                 await self.writer.patch_merge(
                     LEASES, key, {"spec": spec}, resource_version=rv, timeout=self.timing.timeout
                 )
-                m.LEASE_CHANGES.labels(self.group, "released").inc()
+                sharding.LEASE_CHANGES.labels(self.group, "released").inc()
                 return
             except Conflict:
                 try:
@@ -681,13 +676,13 @@ class KubeShardOwnership:
         after = self.owned_shards()
         gained, lost = after - self._reported, self._reported - after
         self._reported = after
-        m.SHARDS_OWNED.labels(self.group).set(len(after))
+        sharding.SHARDS_OWNED.labels(self.group).set(len(after))
         if not (gained or lost):
             return
         if gained:
-            m.LEASE_CHANGES.labels(self.group, "gained").inc(len(gained))
+            sharding.LEASE_CHANGES.labels(self.group, "gained").inc(len(gained))
         if lost:
-            m.LEASE_CHANGES.labels(self.group, "lost").inc(len(lost))
+            sharding.LEASE_CHANGES.labels(self.group, "lost").inc(len(lost))
         log.info(
             "shards changed",
             group=self.group,
@@ -698,7 +693,7 @@ class KubeShardOwnership:
         )
         if self.on_change is not None:
             try:
-                result = self.on_change(ShardChange(gained, lost))
+                result = self.on_change(sharding.ShardChange(gained, lost))
                 if result is not None:
                     await result
             except Exception as exc:

@@ -16,7 +16,7 @@ RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
 
 @dataclass(frozen=True)
 class ControllerMetrics:
-    reconcile_total: Counter  # controller, result = success | error | requeue | requeue_after
+    reconcile_total: Counter  # controller, result = one of shared.kube.controller.Outcome
     reconcile_errors_total: Counter
     reconcile_time_seconds: Histogram
     active_workers: Gauge
@@ -25,6 +25,7 @@ class ControllerMetrics:
     queue_adds_total: Counter
     queue_retries_total: Counter
     skipped_total: Counter  # keys not owned by this replica
+    conflicts_total: Counter  # 409s that re-ran a reconcile from fresh reads
 
 
 _lock = threading.Lock()
@@ -87,6 +88,12 @@ def controller_metrics(registry: CollectorRegistry | None = None) -> ControllerM
             skipped_total=Counter(
                 "runnerscale_controller_skipped_total",
                 "Keys skipped because another replica owns them",
+                ["controller"],
+                registry=registry,
+            ),
+            conflicts_total=Counter(
+                "runnerscale_controller_conflicts_total",
+                "Writes answered 409 Conflict: the reconcile re-read and decided again",
                 ["controller"],
                 registry=registry,
             ),

@@ -95,6 +95,16 @@ class Pod(_Obj, kw_only=True):
 # --- Secret, ServiceAccount, Namespace -------------------------------------------------------------
 
 
+class ConfigMap(_Obj, kw_only=True):
+    """core/v1 ConfigMap (read for TLS CA bundles)."""
+
+    api_version: str = "v1"
+    kind: str = "ConfigMap"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    data: dict[str, str] = {}
+    binary_data: dict[str, str] = {}
+
+
 class SecretDataError(ValueError):
     """A Secret's ``data`` value is not valid base64."""
 

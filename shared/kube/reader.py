@@ -1,10 +1,11 @@
 """The authoritative reader: uncached GET and LIST straight from the API server.
 
-Use it for every decision that leads to a write (DESIGN §4): the informer cache may lag.
+Use it for every decision that leads to a write (README "Kubernetes access layer"): the informer cache may lag.
 """
 
 from __future__ import annotations
 
+import builtins  # ApiReader.list shadows the builtin inside the class
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -86,11 +87,11 @@ class ApiReader:
         field_selector: str = "",
         page_size: int = DEFAULT_PAGE_SIZE,
         timeout: float | None = None,
-    ) -> tuple[list[msgspec.Raw], str]:
+    ) -> tuple[builtins.list[msgspec.Raw], str]:
         """Like :meth:`list` but the items stay undecoded JSON (the informer decodes them itself)."""
         what = resource.describe("LIST", namespace=namespace)
         path = resource.collection_path(namespace)
-        items: list[msgspec.Raw] = []
+        items: builtins.list[msgspec.Raw] = []
         list_rv = ""
         cont = ""
         while True:

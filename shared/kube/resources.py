@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from shared.api import AutoscalingListener, AutoscalingRunnerSet, EphemeralRunner, EphemeralRunnerSet
 from shared.api.constants import GROUP, VERSION
-from shared.kube.objects import Event, Lease, Namespace, Pod, Role, RoleBinding, Secret, ServiceAccount
+from shared.kube.objects import ConfigMap, Event, Lease, Namespace, Pod, Role, RoleBinding, Secret, ServiceAccount
 
 T = TypeVar("T")
 
@@ -120,6 +120,7 @@ AUTOSCALING_LISTENERS: Resource[AutoscalingListener] = _custom(AutoscalingListen
 PODS: Resource[Pod] = Resource("", "v1", "pods", "Pod", Pod, has_status=True)
 SECRETS: Resource[Secret] = Resource("", "v1", "secrets", "Secret", Secret)
 SERVICE_ACCOUNTS: Resource[ServiceAccount] = Resource("", "v1", "serviceaccounts", "ServiceAccount", ServiceAccount)
+CONFIG_MAPS: Resource[ConfigMap] = Resource("", "v1", "configmaps", "ConfigMap", ConfigMap)
 EVENTS: Resource[Event] = Resource("", "v1", "events", "Event", Event)
 NAMESPACES: Resource[Namespace] = Resource(
     "", "v1", "namespaces", "Namespace", Namespace, namespaced=False, has_status=True

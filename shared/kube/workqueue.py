@@ -19,20 +19,13 @@ from typing import Generic, TypeVar
 
 import anyio
 
+from shared.backoff import Backoff
+
 K = TypeVar("K", bound=Hashable)
 
 
 class QueueShutDown(Exception):
     """The queue was shut down; workers should exit."""
-
-
-def backoff_delay(failures: int, base: float, cap: float) -> float:
-    """Delay before retry number ``failures + 1``: ``base * 2**failures``, at most ``cap`` (pure)."""
-    if failures < 0:
-        raise ValueError("failures must be >= 0")
-    if failures > 64:  # 2**64 * base is past any cap; avoid float overflow
-        return cap
-    return min(cap, base * (2**failures))
 
 
 class WorkQueue(Generic[K]):
@@ -41,6 +34,7 @@ class WorkQueue(Generic[K]):
     ) -> None:
         self.base_delay = base_delay
         self.max_delay = max_delay
+        self._backoff = Backoff(base=base_delay, cap=max_delay)
         self._clock = clock
         self._queue: deque[K] = deque()
         self._dirty: set[K] = set()  # waiting to be processed (queued, or re-added while processing)
@@ -109,7 +103,7 @@ class WorkQueue(Generic[K]):
         """Count one more failure of ``key`` and return the delay it has earned (no scheduling)."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        return backoff_delay(failures, self.base_delay, self.max_delay)
+        return self._backoff.delay(failures)
 
     def add_rate_limited(self, key: K, *, at_least: float = 0.0) -> float:
         """Add ``key`` after its backoff delay (doubling with each call until :meth:`forget`), or

@@ -1,7 +1,7 @@
 """The writer: create, merge/strategic/status patches, delete with preconditions, finalizers, and
 ``retry_on_conflict``.
 
-Rules (DESIGN §4, seeds/003):
+Rules (README "Kubernetes access layer"):
 
 - Custom resources are always patched with ``application/merge-patch+json``.
 - A write that depends on what was read carries that read's resourceVersion
@@ -95,7 +95,8 @@ class ApiWriter:
     ) -> T:
         """POST ``obj`` (a struct or JSON tree). :class:`AlreadyExists` if the name is taken."""
         body = object_body(resource, obj)
-        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        found = body.get("metadata")
+        meta: dict[str, Any] = found if isinstance(found, dict) else {}
         ns = namespace or meta.get("namespace") or None
         if resource.namespaced and not ns:
             raise BadRequest(
@@ -188,7 +189,8 @@ class ApiWriter:
         added, and a PUT of it would remove them (README "API types, CRDs and semantic comparison"). Use a JSON tree read as a whole.
         """
         tree = to_dict(obj) if not isinstance(obj, Mapping) else copy.deepcopy(dict(obj))
-        meta = tree.get("metadata") if isinstance(tree.get("metadata"), dict) else {}
+        found = tree.get("metadata")
+        meta: dict[str, Any] = found if isinstance(found, dict) else {}
         key = ObjectKey(meta.get("namespace", "") if resource.namespaced else "", meta.get("name", ""))
         what = resource.describe("PUT", key)
         if not meta.get("resourceVersion"):
@@ -251,7 +253,7 @@ class ApiWriter:
         """Remove ``finalizer`` from ``obj`` (as read), locked on its resourceVersion.
 
         Returns None when the object is gone (already deleted, or this removal let it go). Merge
-        patch, not strategic: under SMP a finalizer list *unions* on built-ins (research §1.6).
+        patch, not strategic: under a strategic merge patch a finalizer list *unions* on built-ins.
         """
         meta = obj.metadata  # type: ignore[attr-defined]
         new = finalizers_patch(list(meta.finalizers), remove=finalizer)
@@ -270,13 +272,18 @@ class ApiWriter:
 
 
 async def retry_on_conflict(
-    decide_and_write: Callable[[], Awaitable[R]], *, attempts: int = 5, backoff: float = 0.01
+    decide_and_write: Callable[[], Awaitable[R]],
+    *,
+    attempts: int = 5,
+    backoff: float = 0.01,
+    on_conflict: Callable[[Conflict, int], None] | None = None,
 ) -> R:
     """Run ``decide_and_write`` (which must re-read authoritatively, decide, and write with that
     read's resourceVersion) and re-run it on :class:`Conflict`, at most ``attempts`` times.
 
     The last Conflict is re-raised when attempts are exhausted (the caller requeues). Any write
-    inside that carries no precondition raises :class:`LocklessWrite`.
+    inside that carries no precondition raises :class:`LocklessWrite`. ``on_conflict(exc, attempt)``
+    sees every 409 (metrics, a log line).
     """
     if attempts < 1:
         raise ValueError("attempts must be >= 1")
@@ -285,7 +292,9 @@ async def retry_on_conflict(
         for attempt in range(1, attempts + 1):
             try:
                 return await decide_and_write()
-            except Conflict:
+            except Conflict as exc:
+                if on_conflict is not None:
+                    on_conflict(exc, attempt)
                 if attempt == attempts:
                     raise
                 # Spread competing writers apart (client-go's DefaultRetry: 10 ms steps, jitter).

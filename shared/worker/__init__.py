@@ -1,24 +1,23 @@
 """The common worker runtime (see README "Worker runtime").
 
-from shared.worker import WorkerContext, running_worker, worker_main
+from shared.worker import WorkerSpec, WorkerContext, running_worker, worker_main
 """
 
 from shared.worker.actions_pool import (
-    CONFIG_MAPS,
     ActionsClientPool,
     ActionsCredentialsUnavailable,
-    ConfigMap,
     proxy_url_for,
 )
 from shared.worker.routing import default_key_of, route_to_controller
 from shared.worker.runtime import (
     Setup,
+    Task,
     WorkerContext,
     WorkerHandle,
     connect_kube,
     run_worker,
     running_worker,
-    worker_main,
+    start_all,
 )
 from shared.worker.settings import (
     SettingsError,
@@ -26,30 +25,31 @@ from shared.worker.settings import (
     add_worker_arguments,
     default_replica_id,
     load_worker_settings,
-    parse_listen_addr,
-    validate_worker_settings,
 )
+from shared.worker.spec import Consume, Owned, Route, WorkerSpec, worker_main
 
 __all__ = [
-    "CONFIG_MAPS",
     "ActionsClientPool",
     "ActionsCredentialsUnavailable",
-    "ConfigMap",
+    "Consume",
+    "Owned",
+    "Route",
     "SettingsError",
     "Setup",
+    "Task",
     "WorkerContext",
     "WorkerHandle",
     "WorkerSettings",
+    "WorkerSpec",
     "add_worker_arguments",
     "connect_kube",
     "default_key_of",
     "default_replica_id",
     "load_worker_settings",
-    "parse_listen_addr",
     "proxy_url_for",
     "route_to_controller",
     "run_worker",
     "running_worker",
-    "validate_worker_settings",
+    "start_all",
     "worker_main",
 ]

@@ -1,7 +1,7 @@
 """ActionsClientPool: one cached ActionsClient per (namespace, secret, config URL, proxy, TLS).
 
 ARC reads the GitHub secret live on every reconcile that needs credentials and caches the client
-per credentials/URL/namespace/proxy/CA (arc-controllers.md §8.14). The pool does the same:
+per credentials/URL/namespace/proxy/CA. The pool does the same:
 
 - every :meth:`ActionsClientPool.get` reads the Secret (and the proxy credential Secrets and the
   TLS ConfigMap, when configured) with an uncached GET;
@@ -24,23 +24,14 @@ import anyio
 import msgspec
 
 from shared.actions import ActionsClient, ActionsError, ClientSettings, credentials_from_secret
-from shared.api import ObjectMeta, ProxyConfig, TLSConfig
-from shared.kube import SECRETS, ApiReader, KubeError, NotFound, ObjectKey, Resource
+from shared.api import ProxyConfig, TLSConfig
+from shared.kube import CONFIG_MAPS, SECRETS, ApiReader, KubeError, NotFound, ObjectKey
+from shared.kube.objects import ConfigMap
 from shared.log import get_logger
 
 log = get_logger(__name__)
 
 SECRET_KEYS = ("github_token", "github_app_id", "github_app_installation_id", "github_app_private_key")
-
-
-class ConfigMap(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
-    api_version: str = "v1"
-    kind: str = "ConfigMap"
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    data: dict[str, str] = {}
-
-
-CONFIG_MAPS: Resource[ConfigMap] = Resource("", "v1", "configmaps", "ConfigMap", ConfigMap)
 
 
 class ActionsCredentialsUnavailable(Exception):

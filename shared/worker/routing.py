@@ -1,6 +1,6 @@
 """Bus → controller routing: consume a subject and wake the controller for the resource it names.
 
-Messages are wake-ups (DESIGN §3): the controller re-reads Kubernetes before acting, so routing
+Messages are wake-ups (README "How it works"): the controller re-reads Kubernetes before acting, so routing
 only turns a message into the key of the object to reconcile. By default every replica gets its
 own durable (``instance=replica id``) so that every replica sees every message and the one that
 owns the key's shard enqueues it (a shared durable would hand a message to a replica that does
@@ -10,6 +10,9 @@ not own its key, and the wake-up would be lost).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.abc
 
 from shared.bus import Bus, Delivery, messages
 from shared.bus.subjects import ConsumerSpec
@@ -44,6 +47,7 @@ async def route_to_controller(
     key_of: KeyOf = default_key_of,
     on_message: OnMessage | None = None,
     namespaces: tuple[str, ...] = (),
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Consume ``consumer`` until cancelled; enqueue ``key_of(message)`` into ``controller``.
 
@@ -65,7 +69,7 @@ async def route_to_controller(
                 await result
         controller.enqueue(key)
 
-    await bus.consume(consumer, handle, instance=instance)
+    await bus.consume(consumer, handle, instance=instance, task_status=task_status)
 
 
 __all__ = ["KeyOf", "OnMessage", "default_key_of", "route_to_controller"]

@@ -1,44 +1,40 @@
 """The common worker runtime: one process = one worker kind = N controllers under one task group.
 
-    async def setup(ctx: WorkerContext) -> list[Controller]:
-        ers = ctx.informers(EPHEMERAL_RUNNER_SETS)
-        ers_runners = ctx.informers(EPHEMERAL_RUNNERS)
-        c = ctx.controller("ephemeralrunnerset", reconcile,
-                           [*ctx.for_(ers), *ctx.owns(ers_runners, "EphemeralRunnerSet")])
-        ctx.route(subjects.RUNNER_SET_REVISIONS, c)          # bus wake-ups → c's queue
-        return [c]
+A worker is declared once as a :class:`shared.worker.WorkerSpec` (its ``worker.py``) and run by
+the one shared main::
 
-    sys.exit(worker_main("runner-set", argv, setup))           # CLI: flags, signals, exit codes
-    async with running_worker("runner-set", settings, setup) as w:   # tests: in-process
+    sys.exit(worker_main(WORKER, argv))                                  # CLI: flags, signals, exit codes
+    async with running_worker(WORKER.name, settings, WORKER.setup(options)) as w:   # tests: in-process
         await w.wait_ready()
 
+Underneath, any ``setup(ctx) -> list[Controller]`` runs the same way (README "Worker runtime").
 What the runtime does, in order: JSON logging; Kubernetes client; bus (streams and buckets
 checked); shard ownership (``KubeShardOwnership``: Kubernetes Leases, the default; or
-``ShardOwnership``: NATS KV, ``--ownership nats``) and its first claim round; ``setup(ctx)``; /metrics and
-/healthz /readyz; informers; controllers (each key reconciled only by the replica owning its
-shard: ``owns=`` is wired for you, and keys of gained shards are re-enqueued); background tasks
-(bus routes). SIGTERM/SIGINT: controllers stop taking keys, in-flight reconciles finish (bounded
-by ``shutdown_timeout``), leases are released, clients closed. Exit 0.
+``ShardOwnership``: NATS KV, ``--ownership nats``); ``setup(ctx)``; /metrics and /healthz
+/readyz; then it starts the parts as a tree, each with ``tg.start`` so it counts as up only when
+it says so: the first shard round, informers (synced), controllers (workers taking keys), bus
+consumers (subscribed). Readiness flips once every part is up. SIGTERM/SIGINT: controllers stop
+taking keys, in-flight reconciles finish (bounded by ``shutdown_timeout``), leases are released,
+clients closed, exit 0; a second signal stops at once (exit 1).
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import signal
-import sys
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import anyio.lowlevel
+import anyio.abc
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from shared.bus import Bus, BusError, ShardChange, ShardOwnership, subjects
+from shared.bus import Bus, BusError, ShardOwnership
 from shared.bus.subjects import ConsumerSpec
+from shared.http import HttpServers, health_app, metrics_app
 from shared.kube import (
     ApiReader,
     ApiWriter,
@@ -50,20 +46,26 @@ from shared.kube import (
     KubeError,
     ObjectKey,
     Owns,
+    Reconcile,
     Resource,
     Source,
 )
 from shared.kube.leases import KubeShardOwnership, LeaseTiming
 from shared.log import configure_logging, get_logger
+from shared.shards import ShardChange, resource_key
 from shared.worker.actions_pool import ActionsClientPool
-from shared.worker.http import HttpServers, health_app, metrics_app
 from shared.worker.routing import KeyOf, OnMessage, default_key_of, route_to_controller
-from shared.worker.settings import SettingsError, WorkerSettings, add_worker_arguments, load_worker_settings
+from shared.worker.settings import WorkerSettings
 
 log = get_logger(__name__)
 
 Setup = Callable[["WorkerContext"], Sequence[Controller] | Awaitable[Sequence[Controller]]]
 ShardCallback = Callable[[ShardChange], Awaitable[None] | None]
+
+
+#: A long-lived part started with ``tg.start``: called with ``task_status=``, it calls
+#: ``task_status.started()`` once up and then runs until cancelled.
+Task = Callable[..., Coroutine[Any, Any, None]]
 
 
 async def connect_kube(settings: WorkerSettings) -> KubeClient:
@@ -85,7 +87,9 @@ def shard_group(name: str, settings: WorkerSettings) -> str:
     return f"{name}-{zlib.crc32(','.join(sorted(settings.namespaces)).encode()):08x}"
 
 
-def join_shards(settings: WorkerSettings, kube: KubeClient, bus: Bus, name: str, on_change: ShardCallback) -> Any:
+def join_shards(
+    settings: WorkerSettings, kube: KubeClient, bus: Bus, name: str, on_change: ShardCallback
+) -> AbstractAsyncContextManager[ShardOwnership | KubeShardOwnership]:
     """Shard ownership as configured: Kubernetes Leases (default, README "Shard ownership leases") or NATS KV."""
     if settings.ownership == "nats":
         return ShardOwnership.join(bus, name, replica_id=settings.replica_id, on_change=on_change)
@@ -115,8 +119,10 @@ class WorkerContext:
     actions: ActionsClientPool
     registry: CollectorRegistry
     controllers: list[Controller] = field(default_factory=list)
+    #: The worker's reconciler (set by ``WorkerSpec.setup``): tests and introspection read it here.
+    reconciler: Any = None
     _informers: dict[tuple[Any, ...], list[Informer[Any]]] = field(default_factory=dict)
-    _tasks: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    _tasks: list[Task] = field(default_factory=list)
     _shard_callbacks: list[ShardCallback] = field(default_factory=list)
 
     @property
@@ -128,13 +134,14 @@ class WorkerContext:
     def owns_key(self, key: ObjectKey | str) -> bool:
         """True when this replica holds the shard of ``key`` right now."""
         key = ObjectKey.of(key)
-        return self.shards.owns(subjects.resource_key(key.namespace, key.name))
+        return self.shards.owns(resource_key(key.namespace, key.name))
 
-    def held(self, key: ObjectKey | str) -> Any:
+    def held(self, key: ObjectKey | str) -> AbstractAsyncContextManager[None]:
         """``async with ctx.held(key):`` run writes only while holding ``key`` (NotOwner otherwise;
-        the block is cancelled the moment the lease is lost)."""
+        the block is cancelled the moment the lease is lost). Every controller built with
+        :meth:`controller` runs its whole reconcile inside this fence."""
         key = ObjectKey.of(key)
-        return self.shards.held(subjects.resource_key(key.namespace, key.name))
+        return self.shards.held(resource_key(key.namespace, key.name))
 
     def watched(self, namespace: str) -> bool:
         return not self.settings.namespaces or namespace in self.settings.namespaces
@@ -177,25 +184,30 @@ class WorkerContext:
     def controller(
         self,
         name: str,
-        reconcile: Callable[[ObjectKey], Awaitable[Any]],
+        reconcile: Reconcile,
         sources: Sequence[Source],
         *,
         workers: int | None = None,
     ) -> Controller:
-        """A Controller whose keys are filtered by this replica's shards, with the worker's registry."""
+        """A Controller with the runtime's policy: keys filtered by this replica's shards, the
+        shard lease held for the whole reconcile, the ``reconcile_timeout`` deadline, the worker's
+        registry."""
         c = Controller(
             name,
             reconcile,
             sources,
             workers=workers or self.settings.workers,
             owns=self.owns_key,
+            fence=self.held,
+            timeout=self.settings.reconcile_timeout,
             registry=self.registry,
         )
         self.controllers.append(c)
         return c
 
-    def add_task(self, task: Callable[[], Awaitable[None]]) -> None:
-        """Run ``task`` beside the controllers until shutdown (e.g. a bus consumer)."""
+    def add_task(self, task: Task) -> None:
+        """Run ``task`` beside the controllers until shutdown (e.g. a bus consumer); it is started
+        with ``tg.start`` and counts toward readiness."""
         self._tasks.append(task)
 
     def route(
@@ -210,7 +222,7 @@ class WorkerContext:
         """Wake ``controller`` for every message of ``consumer`` (see routing.py). ``shared=True``
         uses one durable for all replicas (only right when the handler does not depend on shards)."""
 
-        async def task() -> None:
+        async def task(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
             await route_to_controller(
                 self.bus,
                 consumer,
@@ -219,6 +231,7 @@ class WorkerContext:
                 key_of=key_of,
                 on_message=on_message,
                 namespaces=self.settings.namespaces,
+                task_status=task_status,
             )
 
         self.add_task(task)
@@ -233,8 +246,8 @@ class WorkerContext:
             for c in self.controllers:
                 for source in c.sources:
                     if isinstance(source, For):
-                        for key in source.informer.keys():
-                            if self.shards.shard_of(subjects.resource_key(key.namespace, key.name)) in change.gained:
+                        for key in source.informer.keys():  # noqa: SIM118 - Informer.keys() is a method, not a dict view
+                            if self.shards.shard_of(resource_key(key.namespace, key.name)) in change.gained:
                                 c.enqueue(key)
         for cb in list(self._shard_callbacks):
             try:
@@ -257,6 +270,7 @@ class WorkerHandle:
     failure: BaseException | None = None
     stopping: bool = False
     _ready: anyio.Event = field(default_factory=anyio.Event)
+    _settled: anyio.Event = field(default_factory=anyio.Event)  # ready, or stopped before it
     _started: anyio.Event = field(default_factory=anyio.Event)
     _done: anyio.Event = field(default_factory=anyio.Event)
     _stop: anyio.Event = field(default_factory=anyio.Event)
@@ -271,12 +285,21 @@ class WorkerHandle:
         return self._done.is_set()
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until every part said it is up (RuntimeError if the worker stopped first)."""
         with anyio.fail_after(timeout):
-            while not self._ready.is_set():
-                if self._done.is_set():
-                    raise RuntimeError(f"worker {self.name} stopped before it was ready: {self.failure!r}")
-                with anyio.move_on_after(0.05):
-                    await self._ready.wait()
+            await self._settled.wait()
+        if not self._ready.is_set():
+            raise RuntimeError(f"worker {self.name} stopped before it was ready: {self.failure!r}")
+
+    def readiness(self) -> tuple[bool, str]:
+        """The ``/readyz`` answer."""
+        if self.stopping:
+            return False, "stopping"
+        if not self._ready.is_set():
+            return False, "starting: shards, informers, controllers or bus consumers not up yet"
+        ctx = self.ctx
+        owned = f"{len(ctx.shards.owned_shards())}/{ctx.shards.shards} shards" if ctx is not None else ""
+        return True, f"ok: {owned}"
 
     def stop(self) -> None:
         """Graceful stop: no new keys, in-flight reconciles finish, leases released."""
@@ -290,8 +313,21 @@ class WorkerHandle:
         self._scope.cancel()
 
     async def wait_done(self, timeout: float | None = None) -> None:
-        with anyio.fail_after(timeout) if timeout else anyio.CancelScope():
+        with anyio.fail_after(timeout):
             await self._done.wait()
+
+    def _mark_ready(self) -> None:
+        self._ready.set()
+        self._settled.set()
+
+    def _mark_done(self) -> None:
+        self._started.set()
+        self._settled.set()
+        self._done.set()
+
+    async def _on_shard_change(self, change: ShardChange) -> None:
+        if self.ctx is not None:
+            await self.ctx._shards_changed(change)
 
 
 async def _call_setup(setup: Setup, ctx: WorkerContext) -> list[Controller]:
@@ -305,80 +341,84 @@ async def _call_setup(setup: Setup, ctx: WorkerContext) -> list[Controller]:
     return controllers
 
 
+async def start_all(tg: anyio.abc.TaskGroup, parts: Sequence[Task]) -> None:
+    """Start ``parts`` in ``tg`` concurrently; return once every one of them said it is up."""
+
+    async def start(part: Task) -> None:
+        await tg.start(part)
+
+    async with anyio.create_task_group() as starting:
+        for part in parts:
+            starting.start_soon(start, part)
+
+
+async def _cancel_when_set(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
 async def _serve(handle: WorkerHandle, setup: Setup, registry: CollectorRegistry | None) -> None:
     name, settings = handle.name, handle.settings
     servers = HttpServers()
     handle.ports = servers.ports
     pool: ActionsClientPool | None = None
-    holder: dict[str, WorkerContext] = {}
-
-    async def on_change(change: ShardChange) -> None:
-        ctx = holder.get("ctx")
-        if ctx is not None:
-            await ctx._shards_changed(change)
-
     kube = await connect_kube(settings)
     try:
-        async with Bus.connect(settings.bus, name=f"runnerscale-{name}-{settings.replica_id}") as bus:
-            async with join_shards(settings, kube, bus, name, on_change) as shards:
-                reader, writer = ApiReader(kube), ApiWriter(kube)
-                pool = ActionsClientPool(reader, timeout=settings.actions_timeout)
-                ctx = WorkerContext(
-                    name=name,
-                    settings=settings,
-                    kube=kube,
-                    reader=reader,
-                    writer=writer,
-                    bus=bus,
-                    shards=shards,
-                    events=EventRecorder(writer, f"runnerscale-{name}", host=settings.replica_id),
-                    actions=pool,
-                    registry=registry or CollectorRegistry(),
-                )
-                handle.ctx = ctx
-                controllers = await _call_setup(setup, ctx)
-                holder["ctx"] = ctx
+        async with (
+            Bus.connect(settings.bus, name=f"runnerscale-{name}-{settings.replica_id}") as bus,
+            join_shards(settings, kube, bus, name, handle._on_shard_change) as shards,
+        ):
+            reader, writer = ApiReader(kube), ApiWriter(kube)
+            pool = ActionsClientPool(reader, timeout=settings.actions_timeout)
+            ctx = WorkerContext(
+                name=name,
+                settings=settings,
+                kube=kube,
+                reader=reader,
+                writer=writer,
+                bus=bus,
+                shards=shards,
+                events=EventRecorder(writer, f"runnerscale-{name}", host=settings.replica_id),
+                actions=pool,
+                registry=registry or CollectorRegistry(),
+            )
+            handle.ctx = ctx
+            controllers = await _call_setup(setup, ctx)
 
-                def live() -> tuple[bool, str]:
-                    return True, "ok" if bus.connected else "ok (NATS reconnecting)"
+            def live() -> tuple[bool, str]:
+                return True, "ok" if bus.connected else "ok (NATS reconnecting)"
 
-                def is_ready() -> tuple[bool, str]:
-                    if handle.stopping:
-                        return False, "stopping"
-                    if not handle._ready.is_set():
-                        return False, "starting: informers syncing or shards not claimed"
-                    return True, f"ok: {len(shards.owned_shards())}/{shards.shards} shards"
-
-                await servers.start("metrics", metrics_app([REGISTRY, ctx.registry]), settings.metrics_addr)
-                await servers.start("health", health_app(live, is_ready), settings.health_addr)
-                async with anyio.create_task_group() as tg:
-                    for informer in ctx.all_informers():
-                        tg.start_soon(informer.run)
-                    await anyio.lowlevel.checkpoint()  # informers mark themselves running before controllers look
-                    with anyio.fail_after(max(30.0, settings.bus.lease_ttl * 3)):
-                        await shards.wait_ready()
-                    for c in controllers:
-                        tg.start_soon(c.run)
-                    for task in ctx._tasks:
-                        tg.start_soon(task)
-                    handle._started.set()
-                    for informer in ctx.all_informers():
-                        await informer.has_synced.wait()
-                    handle._ready.set()
+            await servers.start("metrics", metrics_app([REGISTRY, ctx.registry]), settings.metrics_addr)
+            await servers.start("health", health_app(live, handle.readiness), settings.health_addr)
+            async with anyio.create_task_group() as tg:
+                with anyio.fail_after(max(30.0, settings.bus.lease_ttl * 3)):
+                    await shards.wait_ready()
+                handle._started.set()
+                async with anyio.create_task_group() as starting:
+                    # A stop while starting (a cache that never syncs) ends the start, not the wait.
+                    starting.start_soon(_cancel_when_set, handle._stop, starting.cancel_scope)
+                    # The start tree: each level is up before the next one starts.
+                    await start_all(tg, [informer.run for informer in ctx.all_informers()])
+                    await start_all(tg, [c.run for c in controllers])
+                    await start_all(tg, ctx._tasks)
+                    handle._mark_ready()
+                    starting.cancel_scope.cancel()
+                if handle.ready:
                     log.info(
                         "worker ready",
                         worker=name,
                         replica=settings.replica_id,
                         controllers=[c.name for c in controllers],
                     )
-                    await handle._stop.wait()
-                    handle.stopping = True
-                    for c in controllers:
-                        c.stop()
-                    with anyio.move_on_after(settings.shutdown_timeout):
-                        while any(c.queue.processing for c in controllers):
-                            await anyio.sleep(0.02)  # bounded drain of in-flight reconciles
-                    tg.cancel_scope.cancel()
+                await handle._stop.wait()
+                handle.stopping = True
+                for c in controllers:
+                    c.stop()
+                if handle.ready:
+                    with anyio.move_on_after(settings.shutdown_timeout):  # bounded drain of in-flight reconciles
+                        for c in controllers:
+                            await c.stopped.wait()
+                tg.cancel_scope.cancel()
     finally:
         handle.stopping = True
         with anyio.CancelScope(shield=True):
@@ -396,8 +436,7 @@ async def _run_handle(handle: WorkerHandle, setup: Setup, registry: CollectorReg
         handle.failure = exc
         log.error("worker failed", worker=handle.name, error=f"{type(exc).__name__}: {exc}")
     finally:
-        handle._started.set()
-        handle._done.set()
+        handle._mark_done()
 
 
 @asynccontextmanager
@@ -406,8 +445,8 @@ async def running_worker(
 ) -> AsyncIterator[WorkerHandle]:
     """Run worker ``name`` in-process for the duration of the block (tests, embedded mode).
 
-    Entering returns once the controllers are started (``await handle.wait_ready()`` for synced
-    caches); a start-up failure is raised here. Leaving the block stops it gracefully;
+    Entering returns once the first shard round is done (``await handle.wait_ready()`` for every
+    part up); a start-up failure is raised here. Leaving the block stops it gracefully;
     ``handle.kill()`` simulates a crash.
     """
     handle = WorkerHandle(name, settings)
@@ -433,16 +472,25 @@ async def running_worker(
 
 
 async def run_worker(name: str, settings: WorkerSettings, setup: Setup) -> int:
-    """Run until SIGTERM/SIGINT; 0 after a clean stop, 1 when a dependency is unusable."""
+    """Run until SIGTERM/SIGINT; 0 after a clean stop, 1 when a dependency is unusable or a
+    second signal cut the graceful stop short."""
     configure_logging("warning" if settings.log_level.lower() == "warn" else settings.log_level)
     log.info("worker starting", worker=name, replica=settings.replica_id, namespaces=list(settings.namespaces) or "all")
     handle = WorkerHandle(name, settings)
+    interrupted = False
 
     async def signals() -> None:
+        nonlocal interrupted
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
             async for signum in received:
-                log.info("shutting down", worker=name, signal=signal.Signals(signum).name)
-                handle.stop()
+                if not handle.stopping and not handle._stop.is_set():
+                    log.info("shutting down", worker=name, signal=signal.Signals(signum).name)
+                    handle.stop()
+                    continue
+                # A second signal: the operator does not want to wait for in-flight reconciles.
+                log.warning("second signal: stopping at once", worker=name, signal=signal.Signals(signum).name)
+                interrupted = True
+                handle.kill()
                 return
 
     async with anyio.create_task_group() as tg:
@@ -453,23 +501,20 @@ async def run_worker(name: str, settings: WorkerSettings, setup: Setup) -> int:
         if isinstance(handle.failure, (BusError, KubeError)):
             log.error("worker stopped: dependency unavailable", worker=name, error=str(handle.failure))
         return 1
+    if interrupted:
+        log.warning("worker stopped without draining", worker=name)
+        return 1
     log.info("worker stopped", worker=name)
     return 0
 
 
-def worker_main(name: str, argv: Sequence[str], setup: Setup, *, description: str = "") -> int:
-    """The body of a worker's ``main(argv)``: flags, settings (exit 2 on a bad one), run."""
-    parser = argparse.ArgumentParser(
-        prog=f"runnerscale {name}", description=description or f"runnerscale {name} worker"
-    )
-    add_worker_arguments(parser)
-    args = parser.parse_args(list(argv))
-    try:
-        settings = load_worker_settings(args)
-    except SettingsError as exc:
-        print(f"runnerscale {name}: {exc}", file=sys.stderr)
-        return 2
-    return anyio.run(run_worker, name, settings, setup)
-
-
-__all__ = ["Setup", "WorkerContext", "WorkerHandle", "connect_kube", "run_worker", "running_worker", "worker_main"]
+__all__ = [
+    "Setup",
+    "Task",
+    "WorkerContext",
+    "WorkerHandle",
+    "connect_kube",
+    "run_worker",
+    "running_worker",
+    "start_all",
+]

@@ -43,7 +43,7 @@ def without_nkeys(monkeypatch):
 def test_creds_without_the_nkeys_package_is_a_settings_error(creds_file, without_nkeys) -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(None, {"RUNNERSCALE_NATS_CREDS": str(creds_file)})
-    assert str(err.value).startswith("invalid bus setting RUNNERSCALE_NATS_CREDS / --nats-creds:")
+    assert str(err.value).startswith("invalid setting RUNNERSCALE_NATS_CREDS / --nats-creds:")
     assert "nkeys" in str(err.value)
     assert "SUAIBDPB" not in str(err.value)  # the seed never reaches an error text
 

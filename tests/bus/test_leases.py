@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from shared.bus import Bus, NotOwner, ShardOwnership, subjects
+from shared.shards import resource_key
 from tests.bus.conftest import wait_for
 from tests.bus.replicas import LeaderReplica, OwnershipMonitor, ShardReplica
 
@@ -88,7 +89,7 @@ async def test_change_callbacks_and_held_follow_ownership(bus_settings) -> None:
     async with Bus.connect(bus_settings) as bus:
         async with ShardOwnership.join(bus, "runner", replica_id="solo", on_change=on_change) as shards:
             await wait_for(lambda: len(shards.owned_shards()) == SHARDS)
-            key = subjects.resource_key("ns", "runner-1")
+            key = resource_key("ns", "runner-1")
             async with shards.held(key):
                 shards.check(key)
             async with ShardOwnership.join(bus, "runner", replica_id="other") as other:
@@ -130,7 +131,7 @@ async def test_a_clean_shutdown_hands_shards_over_at_once(bus_settings) -> None:
 async def test_racing_replicas_never_create_an_object_twice_even_when_one_dies_mid_flight(bus_settings) -> None:
     """Three replicas 'create runners' for the same keys from a stale view (as a cached
     Kubernetes list would be); one crashes and one is cut off NATS while mid-flight."""
-    keys = [subjects.resource_key("arc.runners", f"runner-{i}") for i in range(48)]
+    keys = [resource_key("arc.runners", f"runner-{i}") for i in range(48)]
     created: dict[str, list[str]] = {}  # the shared idempotency record: key -> creators
     in_flight: dict[str, set[str]] = {}
     replicas = [ShardReplica(bus_settings, "runner", f"pod-{i}") for i in range(3)]

@@ -1,5 +1,5 @@
 """The auth chain against the simulator: PAT and GitHub App, every scope, refresh rules,
-credential errors, and the request headers the service sees (scaleset-api.md §1, §8.5)."""
+credential errors, and the request headers the service sees."""
 
 from __future__ import annotations
 

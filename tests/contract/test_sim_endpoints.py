@@ -1,5 +1,5 @@
 """Every endpoint the listener and workers use, against the simulator, with its typed errors
-(scaleset-api.md §2)."""
+(README "Actions service client")."""
 
 from __future__ import annotations
 

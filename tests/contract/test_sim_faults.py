@@ -1,4 +1,4 @@
-"""Every injected fault of the simulator (scaleset-api.md §8.3) and what the client makes of it:
+"""Every injected fault of the simulator and what the client makes of it:
 token expiry, conflicts, rate limits, 5xx with retries, slow and dropped polls, duplicate and
 out-of-order messages, acted-then-500, payload quirks, and no secret in any error or log."""
 
@@ -44,7 +44,7 @@ async def short_polls(actions_sim) -> None:  # type: ignore[no-untyped-def]
     await actions_sim.control.configure(poll_wait=0.2)
 
 
-# -- the queue token (§1.6) ----------------------------------------------------------------------
+# -- the queue token ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("endpoint", ["get_message", "delete_message"])
@@ -182,7 +182,7 @@ async def test_scale_set_deleted_under_a_running_listener(actions_sim) -> None:
             await client.generate_jit_config(session.scale_set_id, "runner-late")
 
 
-# -- retries (§5) -------------------------------------------------------------------------------
+# -- retries -------------------------------------------------------------------------------------
 
 
 async def test_429_with_retry_after_is_honoured(actions_sim) -> None:

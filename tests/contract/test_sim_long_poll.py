@@ -1,4 +1,4 @@
-"""The message long poll (scaleset-api.md §2.5): 202 after the hold, immediate delivery of a
+"""The message long poll: 202 after the hold, immediate delivery of a
 message that arrives during the hold, capacity header, ack semantics."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from tests.deploy.conftest import MANIFESTS, NAMESPACE, NATS, WORKERS, deploymen
 
 MAINS = {
     "scale-set": "services.scale_set.worker:main",
-    "runner-set": "services.runner_set.__main__:main",
+    "runner-set": "services.runner_set.worker:main",
     "runner": "services.runner.worker:main",
     "listener-pod": "services.listener_pod.worker:main",
 }
@@ -106,14 +106,14 @@ def test_flags_are_checked(captured) -> None:
 
 def test_listener_pod_passes_the_bus_to_listener_pods(captured, monkeypatch: pytest.MonkeyPatch) -> None:
     """Listener pods (runnerscale-system) get the worker's NATS URL and token through their config."""
-    from services.listener_pod import desired as d
+    from services.listener_pod import build
 
     container = deployment_of("listener-pod")["spec"]["template"]["spec"]["containers"][0]
     for name, value in container_env(container, "runnerscale-listener-pod-0").items():
         monkeypatch.setenv(name, value)
     assert _main("listener-pod")(container["args"][1:]) == 0
     settings = captured[0][2]
-    passthrough = d.BusPassThrough.from_bus_settings(settings.bus)
+    passthrough = build.BusPassThrough.from_bus_settings(settings.bus)
     assert passthrough.servers == (f"nats://nats.{NAMESPACE}.svc:4222",) and passthrough.token
 
 
@@ -139,7 +139,7 @@ def test_listener_pods_agree_with_the_workers_on_streams_and_leases(captured, mo
     (tests/bus/test_streams.py, tune_existing=False)."""
     import json
 
-    from services.listener_pod import desired as d
+    from services.listener_pod import build
     from shared.listener_config import bus_settings, parse_config
 
     container = deployment_of("listener-pod")["spec"]["template"]["spec"]["containers"][0]
@@ -147,7 +147,7 @@ def test_listener_pods_agree_with_the_workers_on_streams_and_leases(captured, mo
         monkeypatch.setenv(name, value)
     assert _main("listener-pod")(container["args"][1:]) == 0
     worker = captured[0][2].bus
-    p = d.BusPassThrough.from_bus_settings(worker)
+    p = build.BusPassThrough.from_bus_settings(worker)
     config = {
         "configure_url": "https://github.com/octo-org",
         "github_token": "x",

@@ -105,10 +105,10 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         # services/listener_pod/worker.py: ctx.informers(AUTOSCALING_LISTENERS / AUTOSCALING_RUNNER_SETS)
         # reconciler.py: get_or_none(AL), add_finalizer, remove_finalizer, delete (ARS gone)
         *_u(A, "autoscalinglisteners", "get list watch patch delete"),
-        # desired.py: ownerReference blockOwnerDeletion True on pod, ServiceAccount, config Secret
+        # build.py: ownerReference blockOwnerDeletion True on pod, ServiceAccount, config Secret
         *_u(A, "autoscalinglisteners/finalizers", "update"),
         *_u(A, "autoscalingrunnersets", "get list watch"),
-        # desired.role_rules: the Role it creates grants these, so it must hold them (RBAC escalation
+        # build.role_rules: the Role it creates grants these, so it must hold them (RBAC escalation
         # prevention; see test_listener_pod_holds_what_its_listener_role_grants)
         *_u(A, "ephemeralrunnersets", "patch"),
         *_u(A, "ephemeralrunners", "patch"),
@@ -227,7 +227,7 @@ def test_nothing_beyond_the_uses_is_granted(worker: str) -> None:
 def test_listener_pod_holds_what_its_listener_role_grants() -> None:
     """Kubernetes refuses to create a Role granting permissions its creator lacks (unless it has
     `escalate`, which we do not give): the listener-pod worker must hold the rules it writes."""
-    from services.listener_pod.desired import role_rules
+    from services.listener_pod.build import role_rules
 
     granted = grants("listener-pod")[ANY]
     for rule in role_rules("some-ers"):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -12,18 +14,23 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from shared.kube import (
+    DONE,
     EPHEMERAL_RUNNER_SETS,
     PODS,
     ApiWriter,
+    Conflict,
     Controller,
     For,
     Informer,
     KubeClient,
+    LocklessWrite,
     ObjectKey,
     Owns,
+    ReconcileContext,
     Result,
     WakeUps,
 )
+from shared.shards import NotOwner
 
 from .conftest import ers, eventually, pod
 
@@ -40,8 +47,9 @@ async def test_reconciles_primaries_and_owner_of_changed_children(
     registry = CollectorRegistry()
     seen: Counter[str] = Counter()
 
-    async def reconcile(key: ObjectKey) -> None:
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
         seen[str(key)] += 1
+        return DONE
 
     sets = Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace)
     pods = Informer(kube, PODS, namespace=namespace)
@@ -78,7 +86,7 @@ async def test_failures_are_logged_retried_with_backoff_and_do_not_stop_the_loop
     attempts: Counter[str] = Counter()
     done = anyio.Event()
 
-    async def reconcile(key: ObjectKey) -> Result | None:
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
         attempts[key.name] += 1
         if key.name == "flaky" and attempts["flaky"] <= 3:
             raise RuntimeError("transient failure")
@@ -86,7 +94,7 @@ async def test_failures_are_logged_retried_with_backoff_and_do_not_stop_the_loop
             return Result(requeue_after=0.02)
         if attempts["flaky"] > 3 and attempts["poll"] >= 3:
             done.set()
-        return None
+        return DONE
 
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "flaky"))
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "poll"))
@@ -116,13 +124,14 @@ async def test_wakeups_sharding_and_no_concurrent_reconcile_per_key() -> None:
     overlaps = 0
     reconciled: Counter[str] = Counter()
 
-    async def reconcile(key: ObjectKey) -> None:
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
         nonlocal overlaps
         in_flight[str(key)] += 1
         overlaps += in_flight[str(key)] > 1
         await anyio.sleep(0.005)
         reconciled[str(key)] += 1
         in_flight[str(key)] -= 1
+        return DONE
 
     controller = Controller(
         "wake-test", reconcile, [WakeUps(receive)], workers=4, owns=lambda key: key.name != "theirs", registry=registry
@@ -151,12 +160,13 @@ async def test_cancelling_the_task_group_cancels_an_in_flight_reconcile_cleanly(
 ) -> None:
     started, cleaned_up = anyio.Event(), anyio.Event()
 
-    async def reconcile(key: ObjectKey) -> None:
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
         started.set()
         try:
             await anyio.sleep_forever()
         finally:
             cleaned_up.set()
+        return DONE
 
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "stuck"))
     informer = Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace)
@@ -176,10 +186,11 @@ async def test_stop_lets_the_in_flight_reconcile_finish(kube: KubeClient, writer
     started, release = anyio.Event(), anyio.Event()
     finished: list[str] = []
 
-    async def reconcile(key: ObjectKey) -> None:
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
         started.set()
         await release.wait()
         finished.append(key.name)
+        return DONE
 
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "slow"))
     controller = Controller(
@@ -203,11 +214,13 @@ async def test_shared_informer_run_by_the_caller(kube: KubeClient, writer: ApiWr
     seen_one: Counter[str] = Counter()
     seen_two: Counter[str] = Counter()
 
-    async def one(key: ObjectKey) -> None:
+    async def one(key: ObjectKey, ctx: ReconcileContext) -> Result:
         seen_one[key.name] += 1
+        return DONE
 
-    async def two(key: ObjectKey) -> None:
+    async def two(key: ObjectKey, ctx: ReconcileContext) -> Result:
         seen_two[key.name] += 1
+        return DONE
 
     registry = CollectorRegistry()
     first = Controller("shared-1", one, [For(informer)], registry=registry)
@@ -236,10 +249,11 @@ async def test_throttled_reconcile_waits_for_retry_after_and_resync_reoffers_key
     stamps: dict[str, list[float]] = {"t": [], "u": []}
     owned = {"t"}
 
-    async def reconcile(key: ObjectKey) -> None:
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
         stamps[key.name].append(time.monotonic())
         if key.name == "t" and len(stamps["t"]) == 1:
             raise Throttled("PATCH x", "slow down", status=429, retry_after=0.3)
+        return DONE
 
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "t"))
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "u"))
@@ -260,3 +274,152 @@ async def test_throttled_reconcile_waits_for_retry_after_and_resync_reoffers_key
             assert controller.resync() == 2
             await eventually(lambda: len(stamps["u"]) == 1)
             controller.stop()
+
+
+# --- the policy every controller applies (README "Worker runtime") ----------------------------------------
+
+
+def wake_ups() -> tuple[Any, WakeUps]:
+    send, receive = anyio.create_memory_object_stream[Any](10)
+    return send, WakeUps(receive)
+
+
+async def run_until(controller: Controller, send: Any, keys: list[Any], done: Callable[[], Any]) -> None:
+    """Run ``controller``, feed it ``keys`` as wake-ups, stop it once ``done()`` holds."""
+    (source,) = [s for s in controller.sources if isinstance(s, WakeUps)]
+    with source.stream, anyio.fail_after(10):  # type: ignore[attr-defined]
+        async with anyio.create_task_group() as tg:
+            await tg.start(controller.run)
+            async with send:
+                for key in keys:
+                    await send.send(key)
+                await eventually(done)
+            controller.stop()
+
+
+def outcome(registry: CollectorRegistry, controller: str, result: str) -> float:
+    return sample(registry, "controller_runtime_reconcile_total", controller=controller, result=result)
+
+
+async def test_the_lease_fence_spans_the_whole_reconcile_and_a_lost_lease_drops_the_key() -> None:
+    """The reconcile runs inside ``fence(key)``; the fence cancelling it (lease lost) ends it as
+    ``not_owner``: not retried here, not counted as an error."""
+    registry = CollectorRegistry()
+    send, source = wake_ups()
+    inside: list[str] = []
+    attempts: Counter[str] = Counter()
+    lose = anyio.Event()
+
+    @asynccontextmanager
+    async def fence(key: ObjectKey) -> AsyncIterator[None]:
+        inside.append(f"enter {key.name}")
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    if key.name == "lost":
+                        await lose.wait()
+                        scope.cancel()
+
+                tg.start_soon(watch)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        inside.append(f"exit {key.name}")
+        if scope.cancelled_caught:
+            raise NotOwner(str(key))
+
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
+        attempts[key.name] += 1
+        assert inside[-1] == f"enter {key.name}"  # the write happens under the lease
+        if key.name == "lost":
+            lose.set()
+            await anyio.sleep_forever()
+        return DONE
+
+    controller = Controller("fence-test", reconcile, [source], fence=fence, registry=registry)
+    await run_until(controller, send, ["ns/kept", "ns/lost"], lambda: outcome(registry, "fence-test", "not_owner") == 1)
+    assert attempts == {"kept": 1, "lost": 1}  # the lost key was dropped, not retried
+    assert outcome(registry, "fence-test", "success") == 1
+    assert sample(registry, "controller_runtime_reconcile_errors_total", controller="fence-test") == 0
+
+
+async def test_a_reconcile_past_its_deadline_is_cancelled_and_retried() -> None:
+    registry = CollectorRegistry()
+    send, source = wake_ups()
+    attempts: list[float] = []
+    cancelled = anyio.Event()
+
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
+        attempts.append(ctx.deadline)
+        if len(attempts) == 1:
+            try:
+                await anyio.sleep_forever()  # hangs: only the deadline ends it
+            finally:
+                cancelled.set()
+        return DONE
+
+    controller = Controller("deadline-test", reconcile, [source], timeout=0.2, registry=registry, base_delay=0.01)
+    await run_until(controller, send, ["ns/hung"], lambda: len(attempts) == 2)
+    assert cancelled.is_set()
+    assert attempts[0] < float("inf")
+    assert outcome(registry, "deadline-test", "timeout") == 1
+    assert sample(registry, "controller_runtime_reconcile_errors_total", controller="deadline-test") == 1
+    assert outcome(registry, "deadline-test", "success") == 1
+
+
+async def test_conflicts_rerun_the_reconcile_and_exhausted_attempts_are_retried_later() -> None:
+    """Each 409 re-runs the reconcile at once (a fresh attempt number); when every attempt met a
+    409 the outcome is ``conflict`` and the key comes back with its backoff."""
+    registry = CollectorRegistry()
+    send, source = wake_ups()
+    seen: list[tuple[str, int]] = []
+
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
+        seen.append((key.name, ctx.attempt))
+        calls = sum(1 for name, _ in seen if name == key.name)
+        if key.name == "twice" and calls <= 2:
+            raise Conflict("PATCH x", "the object has been modified")
+        if key.name == "always" and calls <= 3:
+            raise Conflict("PATCH y", "the object has been modified")
+        return DONE
+
+    controller = Controller(
+        "conflict-test", reconcile, [source], conflict_attempts=3, registry=registry, base_delay=0.01
+    )
+    await run_until(
+        controller, send, ["ns/twice", "ns/always"], lambda: outcome(registry, "conflict-test", "success") == 2
+    )
+    assert [a for name, a in seen if name == "twice"] == [1, 2, 3]
+    assert [a for name, a in seen if name == "always"] == [1, 2, 3, 1]  # exhausted, retried later from attempt 1
+    assert outcome(registry, "conflict-test", "conflict") == 1
+    assert sample(registry, "runnerscale_controller_conflicts_total", controller="conflict-test") == 5
+    assert sample(registry, "controller_runtime_reconcile_errors_total", controller="conflict-test") == 0
+
+
+async def test_a_write_without_a_precondition_is_refused_inside_every_reconcile(
+    writer: ApiWriter, namespace: str
+) -> None:
+    """The lock-less-write guard of retry_on_conflict is always on: such a write could never
+    conflict, so the controller refuses it before it is sent (outcome ``error``)."""
+    registry = CollectorRegistry()
+    send, source = wake_ups()
+    failures: list[BaseException] = []
+    await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "unlocked"))
+
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
+        try:
+            await writer.patch_merge(EPHEMERAL_RUNNER_SETS, key, {"metadata": {"labels": {"x": "y"}}})
+        except LocklessWrite as exc:
+            failures.append(exc)
+            raise
+        return DONE
+
+    controller = Controller("guard-test", reconcile, [source], registry=registry, base_delay=10.0)
+    await run_until(controller, send, [ObjectKey(namespace, "unlocked")], lambda: failures)
+    stored = await writer.client.request(
+        "GET", EPHEMERAL_RUNNER_SETS.object_path(ObjectKey(namespace, "unlocked")), what="GET"
+    )
+    assert b'"x":"y"' not in stored  # refused before it was sent
+    assert outcome(registry, "guard-test", "error") == 1

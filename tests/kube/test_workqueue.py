@@ -7,7 +7,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from shared.kube import QueueShutDown, WorkQueue, backoff_delay
+from shared.backoff import Backoff
+from shared.kube import QueueShutDown, WorkQueue
 
 pytestmark = pytest.mark.anyio
 
@@ -26,10 +27,10 @@ async def get_now(queue: WorkQueue[str]) -> str:
 
 
 def test_backoff_delay_doubles_and_caps() -> None:
-    assert [backoff_delay(n, 0.01, 0.1) for n in range(6)] == [0.01, 0.02, 0.04, 0.08, 0.1, 0.1]
-    assert backoff_delay(10_000, 0.01, 300) == 300
+    assert [Backoff(0.01, 0.1).delay(n) for n in range(6)] == [0.01, 0.02, 0.04, 0.08, 0.1, 0.1]
+    assert Backoff(0.01, 300).delay(10_000) == 300
     with pytest.raises(ValueError):
-        backoff_delay(-1, 0.01, 1)
+        Backoff(0.01, 1).delay(-1)
 
 
 async def test_adds_are_deduplicated_and_fifo() -> None:

@@ -17,7 +17,8 @@ import anyio
 import msgspec
 import pytest
 
-from services.runner_set.controller import WORKER_NAME, setup
+from services.runner_set.failures import FailurePolicy
+from services.runner_set.worker import WORKER
 from shared.kube import EPHEMERAL_RUNNERS
 from shared.worker import running_worker
 from tests.listener.conftest import start_listener
@@ -99,7 +100,7 @@ async def test_handover_during_scale_up_creates_no_duplicate_runner(
     async with anyio.create_task_group() as watch:
         await watch.start(watch_runners, kube.client, namespace, census)
         async with (
-            running_worker(WORKER_NAME, worker_settings(), setup) as worker,
+            running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as worker,
             fake_runner_worker(kube, namespace, actions_sim, scale_set.id) as fake,
             anyio.create_task_group() as tg,
         ):

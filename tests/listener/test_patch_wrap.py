@@ -1,4 +1,4 @@
-"""Patch ID wrap end to end (issue 6, seed 003): a listener whose sequence is about to reach
+"""Patch ID wrap end to end (issue 6): a listener whose sequence is about to reach
 2^31-1 publishes ... 2147483646, 2147483647, 1, 2 on the bus — it wraps past the int32 maximum
 and skips 0 (which means "idle at minimum, authoritative" to the runner-set).
 

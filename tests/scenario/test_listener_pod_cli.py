@@ -44,5 +44,7 @@ async def test_process_reconciles_and_stops_cleanly_on_sigterm(
             while proc.poll() is None:
                 await anyio.sleep(0.05)
     stderr = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.stderr is not None:
+        proc.stderr.close()
     assert proc.returncode == 0, stderr[-2000:]
     assert "ghp_first_token_value" not in stderr, "no secret in the logs"

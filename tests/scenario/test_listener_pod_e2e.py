@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.listener_pod import desired as d
-from services.listener_pod.reconciler import ReconcilerOptions
+from services.listener_pod import decide
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus import Bus, DesiredState, subjects
 from shared.kube import AUTOSCALING_LISTENERS, AUTOSCALING_RUNNER_SETS, PODS, ObjectKey
@@ -50,14 +49,12 @@ async def test_node_sim_runs_the_listener_pod_and_it_publishes_desired_state(
             maxRunners=5,
         ),
     )
-    options = ReconcilerOptions(
-        # A real image name is irrelevant to the node simulator: the annotation makes it a process pod.
-        settings=d.ListenerPodSettings(
-            image="example.com/runnerscale:e2e",
-            metrics_addr="127.0.0.1:0",
-            health_addr="127.0.0.1:0",
-            log_level="debug",
-        ),
+    # A real image name is irrelevant to the node simulator: the annotation makes it a process pod.
+    options = decide.ListenerPodSettings(
+        image="example.com/runnerscale:e2e",
+        metrics_addr="127.0.0.1:0",
+        health_addr="127.0.0.1:0",
+        log_level="debug",
         resync_seconds=30.0,
     )
     async with running_node(node_config(kube_api, namespace, tmp_path)) as node:

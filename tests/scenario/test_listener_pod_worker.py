@@ -1,4 +1,4 @@
-"""The listener-pod worker against the API emulator and a real nats-server (ARC §7.4 + seed 004).
+"""The listener-pod worker against the API emulator and a real nats-server (ARC's listener tests, plus pod drift by semantic comparison).
 
 The AL lives in the test namespace (ARC's tests use one namespace too), so its Role and
 RoleBinding (ARS namespace) land there as well. No node simulator runs here: pods stay Pending
@@ -10,17 +10,18 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any
 
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.listener_pod import desired as d
+from services.listener_pod import decide
 from services.listener_pod.metrics import listener_pod_metrics
-from services.listener_pod.reconciler import ListenerPodReconciler, ReconcilerOptions
-from services.listener_pod.worker import CONTROLLER_NAME, NAME, make_setup
+from services.listener_pod.reconciler import ListenerPodReconciler
+from services.listener_pod.worker import WORKER
 from shared.api.constants import ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION, FINALIZER_AUTOSCALING_LISTENER
+from shared.clock import ManualClock
 from shared.kube import (
     AUTOSCALING_LISTENERS,
     AUTOSCALING_RUNNER_SETS,
@@ -31,6 +32,7 @@ from shared.kube import (
     SECRETS,
     SERVICE_ACCOUNTS,
     ObjectKey,
+    ReconcileContext,
 )
 from shared.listener_config import parse_config
 from shared.worker import WorkerHandle, WorkerSettings, running_worker
@@ -43,14 +45,17 @@ ARS_NAME = "arc-set"
 IMAGE = "example.com/runnerscale:test"
 
 
-def make_options(**settings: Any) -> ReconcilerOptions:
-    base = d.ListenerPodSettings(image=IMAGE, metrics_addr="127.0.0.1:18080", health_addr="127.0.0.1:18081")
-    return ReconcilerOptions(
-        settings=replace(base, **settings),
-        backoff=d.Backoff(base=0.2, cap=1.0),
+def make_options(**settings: Any) -> decide.ListenerPodSettings:
+    base = decide.ListenerPodSettings(
+        image=IMAGE,
+        metrics_addr="127.0.0.1:18080",
+        health_addr="127.0.0.1:18081",
+        restart_backoff=0.2,
+        restart_backoff_max=1.0,
         resync_seconds=30.0,
         cleanup_requeue_seconds=0.2,
     )
+    return msgspec.structs.replace(base, **settings)
 
 
 def ars_body(namespace: str, secret: str) -> dict[str, Any]:
@@ -103,10 +108,12 @@ def al_body(namespace: str, secret: str, **spec: Any) -> dict[str, Any]:
 
 @asynccontextmanager
 async def listener_pod_worker(
-    settings: WorkerSettings, options: ReconcilerOptions | None = None
+    settings: WorkerSettings, options: decide.ListenerPodSettings | None = None
 ) -> AsyncIterator[tuple[WorkerHandle, CollectorRegistry]]:
     registry = CollectorRegistry()
-    async with running_worker(NAME, settings, make_setup(options or make_options()), registry=registry) as handle:
+    async with running_worker(
+        WORKER.name, settings, WORKER.setup(options or make_options()), registry=registry
+    ) as handle:
         await handle.wait_ready()
         yield handle, registry
 
@@ -133,7 +140,7 @@ async def live_pod(kube: Kube, namespace: str) -> Any:
 
 def kick(handle: WorkerHandle, key: ObjectKey) -> None:
     assert handle.ctx is not None
-    (controller,) = [c for c in handle.ctx.controllers if c.name == CONTROLLER_NAME]
+    (controller,) = [c for c in handle.ctx.controllers if c.name == WORKER.controller]
     controller.enqueue(key)
 
 
@@ -368,7 +375,7 @@ async def test_spec_change_rewrites_config(
 async def test_metadata_changes_propagate_without_recreation(
     kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
 ) -> None:
-    """ARC §7.4 #4: label/metadata updates reach SA, Role, RoleBinding, config Secret and pod."""
+    """As ARC's tests: label/metadata updates reach SA, Role, RoleBinding, config Secret and pod."""
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
@@ -431,7 +438,7 @@ async def set_pod_status(kube: Kube, namespace: str, status: dict[str, Any]) -> 
 async def test_terminated_listener_is_recreated_and_counted(
     kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
 ) -> None:
-    """ARC §7.4 #5 and #9: a terminated listener container or an evicted pod gets a new pod; the
+    """As ARC's tests: a terminated listener container or an evicted pod gets a new pod; the
     config Secret is kept."""
     await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()) as (handle, registry):
@@ -494,7 +501,7 @@ async def test_terminated_listener_is_recreated_and_counted(
         reasons = {e.reason for e in events.items if e.involved_object.name == AL_NAME}
         assert "ListenerPodFailed" in reasons
         assert handle.ctx is not None
-        record = handle.ctx.listener_pod_reconciler.restarts[ObjectKey(namespace, AL_NAME)]  # type: ignore[attr-defined]
+        record = handle.ctx.reconciler.restarts[ObjectKey(namespace, AL_NAME)]
         assert record.failures == 2, "consecutive failures drive the recreation backoff"
 
 
@@ -625,8 +632,7 @@ async def test_worker_restart_keeps_a_current_pod_and_recreates_a_legacy_one_onc
     kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
 ) -> None:
     """Restart safety: a fresh worker (no memory) leaves a current pod alone; a pod without the
-    config-revision annotation (started by an older controller) is recreated exactly once (seed 004:
-    sparing it would record a config the listener never read)."""
+    config-revision annotation (started by an older controller) is recreated exactly once (sparing it would record a config the listener never read)."""
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
@@ -712,9 +718,9 @@ async def test_config_the_listener_would_reject_is_never_shipped(
 async def test_tls_ca_and_proxy_credentials_reach_the_config(
     kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
 ) -> None:
-    """ARC §7.4 #10/#12: the CA from the ConfigMap becomes server_root_ca; proxy credentials from
+    """As ARC's tests: the CA from the ConfigMap becomes server_root_ca; proxy credentials from
     their Secret become URL user-info (runnerscale keeps them in the config Secret, no proxy Secret)."""
-    from services.listener_pod.reconciler import CONFIG_MAPS
+    from shared.kube import CONFIG_MAPS
 
     ca = "-----BEGIN CERTIFICATE-----\nMIIBtest\n-----END CERTIFICATE-----\n"
     await kube.writer.create(
@@ -743,12 +749,12 @@ async def test_recreation_waits_for_the_backoff(kube: Kube, namespace: str) -> N
     """A listener that keeps failing is not recreated in a hot loop: after the Nth failure in a
     row the next pod waits base * 2^(N-2) (the reconciler alone, with a fake clock)."""
     key = await setup_objects(kube, namespace)
-    now = [1000.0]
-    opts = replace(make_options(), backoff=d.Backoff(base=10.0, cap=100.0))
+    clock = ManualClock()
+    opts = make_options(restart_backoff=10.0, restart_backoff_max=100.0)
     rec = ListenerPodReconciler(
-        kube.client, opts, metrics=listener_pod_metrics(CollectorRegistry()), clock=lambda: now[0]
+        kube.reader, kube.writer, opts, metrics=listener_pod_metrics(CollectorRegistry()), clock=clock
     )
-    await rec.reconcile(key)
+    await rec.reconcile(key, ReconcileContext.direct())
     assert await live_pod(kube, namespace) is not None
     for failures in (1, 2, 3):
         await set_pod_status(
@@ -756,21 +762,19 @@ async def test_recreation_waits_for_the_backoff(kube: Kube, namespace: str) -> N
             namespace,
             {"phase": "Failed", "containerStatuses": [{"name": "listener", "state": {"terminated": {"exitCode": 2}}}]},
         )
-        result = await rec.reconcile(key)  # deletes the failed pod
-        assert result is not None and result.requeue_after == max(
-            opts.cleanup_requeue_seconds, opts.backoff.delay(failures)
-        )
+        result = await rec.reconcile(key, ReconcileContext.direct())  # deletes the failed pod
+        assert result.requeue_after == max(opts.cleanup_requeue_seconds, decide.restart_delay(failures, opts.restart))
         await kube.writer.delete(
             PODS, ObjectKey(namespace, AL_NAME), grace_period_seconds=0, missing_ok=True
         )  # no kubelet here
-        result = await rec.reconcile(key)
+        result = await rec.reconcile(key, ReconcileContext.direct())
         if failures == 1:
             assert await live_pod(kube, namespace) is not None, "the first failure is recreated at once"
             continue
         assert await live_pod(kube, namespace) is None, "inside the backoff window: no pod"
-        assert result is not None and result.requeue_after == pytest.approx(opts.backoff.delay(failures))
-        now[0] += opts.backoff.delay(failures)
-        await rec.reconcile(key)
+        assert result.requeue_after == pytest.approx(decide.restart_delay(failures, opts.restart))
+        clock.advance(decide.restart_delay(failures, opts.restart))
+        await rec.reconcile(key, ReconcileContext.direct())
         assert await live_pod(kube, namespace) is not None, "after the window the pod is recreated"
 
 

@@ -116,7 +116,7 @@ async def _pod(env, name):
 async def test_pod_that_never_starts_is_deleted_and_unregistered(
     kube, namespace, actions_sim, github_secret, worker_settings
 ):
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     settings = replace(FAST, pod_start_deadline=1.0)
     async with start_runner_env(kube, namespace, actions_sim, github_secret, worker_settings, settings=settings) as env:

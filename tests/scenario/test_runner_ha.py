@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.runner.worker import WORKER_NAME, make_setup
+from services.runner.worker import WORKER
 from shared.kube import PODS
 from shared.worker import running_worker
 from tests.scenario.conftest import wait_for
@@ -19,9 +19,9 @@ N = 6
 async def test_two_replicas_no_duplicates_across_a_crash(kube, namespace, actions_sim, github_secret, worker_settings):
     env = RunnerEnv(kube, namespace, actions_sim, await register_scale_set(actions_sim), github_secret)
     settings = lambda rid: worker_settings(rid, bus={"shards": 4})  # noqa: E731
-    async with running_worker(WORKER_NAME, settings("a"), make_setup(FAST)) as a:
+    async with running_worker(WORKER.name, settings("a"), WORKER.setup(FAST)) as a:
         await a.wait_ready()
-        async with running_worker(WORKER_NAME, settings("b"), make_setup(FAST)) as b:
+        async with running_worker(WORKER.name, settings("b"), WORKER.setup(FAST)) as b:
             await b.wait_ready()
             for i in range(N // 2):
                 await env.create_er(f"er-ha-{i}")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from services.runner.decide import RunnerSettings
-from services.runner.worker import WORKER_NAME, make_setup
+from services.runner.worker import WORKER
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.api import EphemeralRunner
 from shared.api.constants import (
@@ -56,14 +56,13 @@ class RunnerEnv:
     scale_set_id: int
     secret: str
     worker: Any = None
-    holder: dict[str, Any] = field(default_factory=dict)
 
     def key(self, name: str) -> ObjectKey:
         return ObjectKey(self.namespace, name)
 
     @property
     def reconciler(self) -> Any:
-        return self.holder["reconciler"]
+        return self.worker.ctx.reconciler
 
     async def create_er(
         self,
@@ -187,9 +186,7 @@ async def start_runner_env(
     replica: str = "r0",
 ) -> AsyncIterator[RunnerEnv]:
     env = RunnerEnv(kube, namespace, sim, await register_scale_set(sim), secret)
-    async with running_worker(
-        WORKER_NAME, worker_settings(replica, bus={"shards": 2}), make_setup(settings, holder=env.holder)
-    ) as w:
+    async with running_worker(WORKER.name, worker_settings(replica, bus={"shards": 2}), WORKER.setup(settings)) as w:
         await w.wait_ready()
         env.worker = w
         yield env

@@ -134,7 +134,7 @@ async def test_events_for_other_jobs_runners_and_garbage_are_ignored(runner_env,
 async def test_runner_still_up_after_its_job_completed_is_reclaimed(
     kube, namespace, actions_sim, github_secret, worker_settings
 ):
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from tests.scenario.test_runner_helpers import FAST, start_runner_env
 

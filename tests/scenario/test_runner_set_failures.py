@@ -13,10 +13,10 @@ from typing import Any
 import anyio
 import pytest
 
-from services.runner.worker import make_setup as runner_setup
+from services.runner.worker import WORKER as RUNNER
 from services.runner_set import failures
-from services.runner_set.controller import WORKER_NAME, make_setup
 from services.runner_set.failures import ANNOTATION_REPLACES, FailurePolicy
+from services.runner_set.worker import WORKER
 from shared.api import EphemeralRunner
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION
 from shared.bus import DesiredState, ResourceRef
@@ -77,8 +77,8 @@ async def both_workers(
             await anyio.sleep(0.02)  # an observer's poll, not synchronisation
 
     async with (
-        running_worker(WORKER_NAME, worker_settings("rs"), make_setup(policy)) as rs,
-        running_worker("runner", worker_settings("rn", bus={"shards": 2}), runner_setup(FAST)) as rn,
+        running_worker(WORKER.name, worker_settings("rs"), WORKER.setup(policy)) as rs,
+        running_worker("runner", worker_settings("rn", bus={"shards": 2}), RUNNER.setup(FAST)) as rn,
         anyio.create_task_group() as tg,
     ):
         await rs.wait_ready()
@@ -128,7 +128,9 @@ async def test_failed_runner_is_replaced_after_the_ttl_and_not_before(
             return repl[0] if repl and first.metadata.uid not in {r.metadata.uid for r in live} else None
 
         repl = await wait_for(replaced, timeout=ttl + 10, what="replacement of the failed runner")
-        assert repl.metadata.uid in seen.first and repl.metadata.creation_timestamp is not None
+        # The observer polls on its own: wait for it to have recorded the replacement too.
+        await wait_for(lambda: repl.metadata.uid in seen.first, what="the observer saw the replacement")
+        assert repl.metadata.creation_timestamp is not None
         assert repl.metadata.creation_timestamp >= failed_at.replace(microsecond=0) + dt.timedelta(seconds=int(ttl) - 1)
         events = await wait_for(
             lambda: _events_with(kube, namespace, "FailedRunnerReplaced"), what="FailedRunnerReplaced event"
@@ -250,9 +252,9 @@ async def test_backoff_survives_a_runner_set_restart(kube, bus, namespace, actio
     await kube.writer.patch_status(
         EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"status": {"appliedActionableRevision": 1}}
     )
-    async with running_worker("runner", worker_settings("rn", bus={"shards": 2}), runner_setup(FAST)) as rn:
+    async with running_worker("runner", worker_settings("rn", bus={"shards": 2}), RUNNER.setup(FAST)) as rn:
         await rn.wait_ready()
-        async with running_worker(WORKER_NAME, worker_settings("rs-a"), make_setup(policy)) as rs:
+        async with running_worker(WORKER.name, worker_settings("rs-a"), WORKER.setup(policy)) as rs:
             await rs.wait_ready()
             await bus.publish(desired(namespace, 2))
             await wait_for(
@@ -264,7 +266,7 @@ async def test_backoff_survives_a_runner_set_restart(kube, bus, namespace, actio
         assert record is not None and record.until is not None and record.level == 1
         known = {r.metadata.uid for r in await runners(kube, namespace, include_deleting=True)}
 
-        async with running_worker(WORKER_NAME, worker_settings("rs-b"), make_setup(policy)) as rs2:
+        async with running_worker(WORKER.name, worker_settings("rs-b"), WORKER.setup(policy)) as rs2:
             await rs2.wait_ready()
             # the new instance honours the recorded backoff: nothing created before its end
             while dt.datetime.now(dt.UTC) < record.until - dt.timedelta(seconds=0.5):
@@ -295,7 +297,7 @@ async def test_a_runner_that_gets_a_job_resets_the_budget(
         EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"status": {"appliedActionableRevision": 1}}
     )
     async with (
-        running_worker(WORKER_NAME, worker_settings("rs"), make_setup(policy)) as rs,
+        running_worker(WORKER.name, worker_settings("rs"), WORKER.setup(policy)) as rs,
         fake_runner_worker(kube, namespace, actions_sim, ss, register=False),
     ):
         await rs.wait_ready()

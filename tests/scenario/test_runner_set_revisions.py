@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.runner_set.controller import WORKER_NAME, setup
+from services.runner_set.failures import FailurePolicy
+from services.runner_set.worker import WORKER
 from shared.api import runner_revision
 from shared.bus import DesiredState, ResourceRef, RevisionApplied, RevisionPublished, subjects
 from shared.kube import EPHEMERAL_RUNNER_SETS, ObjectKey
@@ -53,7 +54,7 @@ async def test_rollout_replaces_idle_keeps_busy_then_applies_and_publishes(
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     async with (
-        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
         fake_runner_worker(kube, namespace, actions_sim, ss) as fake,
     ):
         await w.wait_ready()
@@ -102,7 +103,7 @@ async def test_outdated_current_holds_phase_stale_is_replaced(
         kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1
     )
     async with (
-        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
         fake_runner_worker(kube, namespace, actions_sim, ss),
     ):
         await w.wait_ready()
@@ -159,7 +160,7 @@ async def test_deletion_removes_idle_from_service_waits_for_busy_then_releases_f
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     async with (
-        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
         fake_runner_worker(kube, namespace, actions_sim, ss),
     ):
         await w.wait_ready()
@@ -222,7 +223,7 @@ async def test_proxy_secret_created_referenced_and_deleted_with_the_set(
     )
     name = runner_proxy_secret_name("set", namespace)
     async with (
-        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
         fake_runner_worker(kube, namespace, actions_sim, ss, register=False),
     ):
         await w.wait_ready()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from services.runner_set.controller import WORKER_NAME, setup
+from services.runner_set.failures import FailurePolicy
+from services.runner_set.worker import WORKER
 from shared.bus import DesiredState, ResourceRef, subjects
 from shared.kube import EVENTS, ObjectKey
 from shared.worker import running_worker
@@ -40,8 +41,8 @@ async def test_two_replicas_and_a_killed_one_never_duplicate_runners(
             await anyio.sleep(0.02)
 
     async with (
-        running_worker(WORKER_NAME, worker_settings("a"), setup) as a,
-        running_worker(WORKER_NAME, worker_settings("b"), setup) as b,
+        running_worker(WORKER.name, worker_settings("a"), WORKER.setup(FailurePolicy())) as a,
+        running_worker(WORKER.name, worker_settings("b"), WORKER.setup(FailurePolicy())) as b,
         fake_runner_worker(kube, namespace, actions_sim, ss, register=False),
         anyio.create_task_group() as tg,
     ):
@@ -72,7 +73,7 @@ async def test_malformed_and_invalid_desired_state_do_not_stop_the_worker(
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     subject = subjects.desired_subject(namespace, "set")
-    async with running_worker(WORKER_NAME, worker_settings(), setup) as w:
+    async with running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w:
         await w.wait_ready()
         await bus.js.publish(subject, b"{not json")
         await bus.js.publish(subject, b'{"kind":"DesiredState","replicas":"many"}')
@@ -96,7 +97,7 @@ async def test_conflict_on_status_patch_rereads_and_converges(
     control = kube_api.require_emulator()
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
-    async with running_worker(WORKER_NAME, worker_settings(), setup) as w:
+    async with running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w:
         await w.wait_ready()
         await wait_for(lambda: _has_status(kube, namespace), what="first status")
         await control.add_fault_async(

@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 from services.runner_set import decide
-from services.runner_set.controller import WORKER_NAME, setup
+from services.runner_set.failures import FailurePolicy
+from services.runner_set.worker import WORKER
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION, ANNOTATION_PATCH_ID, FINALIZER_EPHEMERAL_RUNNER_SET
 from shared.bus import DesiredState, ResourceRef
 from shared.worker import running_worker
@@ -52,7 +53,7 @@ async def test_desired_state_patch_protocol_and_epochs(
         kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=2
     )
     async with (
-        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
         fake_runner_worker(kube, namespace, actions_sim, ss) as fake,
     ):
         await w.wait_ready()
@@ -109,7 +110,7 @@ async def test_finished_runners_reaped_once_no_replacement_and_descending_patch_
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     async with (
-        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
         fake_runner_worker(kube, namespace, actions_sim, ss) as fake,
     ):
         await w.wait_ready()
@@ -124,7 +125,7 @@ async def test_finished_runners_reaped_once_no_replacement_and_descending_patch_
         await bus.publish(desired(namespace, replicas=2, patch=8))
         await wait_for(lambda: _marker_is(kube, namespace, 8), what="marker 8")
         await wait_for(lambda: _count_is(kube, namespace, 1), what="finished runner reaped")
-        await stays(kube, namespace, 1, 1.0)  # no replacement for the completed job (seed 000)
+        await stays(kube, namespace, 1, 1.0)  # no replacement for the completed job
 
         # listener restart: new epoch, patch IDs restart low; patch 0 is authoritative
         await bus.publish(desired(namespace, replicas=2, patch=0, epoch=2))
@@ -190,7 +191,7 @@ async def test_lagging_informer_cache_never_creates_a_replacement_for_a_complete
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     async with (
-        running_worker(WORKER_NAME, worker_settings(), setup) as w,
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
         fake_runner_worker(kube, namespace, actions_sim, ss) as fake,
     ):
         await w.wait_ready()

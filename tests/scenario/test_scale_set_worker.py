@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from services.embedded.actions_sim.world import Seed
-from services.scale_set.build import BuildOptions, ars_listener_name
-from services.scale_set.worker import WORKER_NAME, scale_set_setup
+from services.scale_set.build import ars_listener_name
+from services.scale_set.worker import WORKER, ScaleSetSettings
 from shared.api import AutoscalingRunnerSet, to_dict
 from shared.api.constants import (
     ANNOTATION_RUNNER_GROUP_NAME,
@@ -58,17 +58,17 @@ def manifest(namespace: str, config_url: str, secret: str, *, name: str = "minim
 async def scale_set_worker(
     worker_settings: Callable[..., Any], namespace: str, *, replica: str = "ss0", shards: int = 1, **kw: Any
 ) -> AsyncIterator[Any]:
-    options = BuildOptions(controller_namespace=namespace, listener_image=LISTENER_IMAGE)
+    settings = ScaleSetSettings(controller_namespace=namespace, listener_image=LISTENER_IMAGE, **kw)
     async with running_worker(
-        WORKER_NAME, worker_settings(replica, bus={"shards": shards}), scale_set_setup(options, **kw)
+        WORKER.name, worker_settings(replica, bus={"shards": shards}), WORKER.setup(settings)
     ) as w:
         await w.wait_ready()
         yield w
 
 
-def metric(w: Any, name: str) -> float:
+def metric(w: Any, name: str, **labels: str) -> float:
     """A sample of the worker's own Prometheus registry (what /metrics serves)."""
-    return w.ctx.registry.get_sample_value(name) or 0.0
+    return w.ctx.registry.get_sample_value(name, labels) or 0.0
 
 
 async def get_ars(kube: Any, key: ObjectKey) -> AutoscalingRunnerSet | None:
@@ -287,7 +287,7 @@ async def test_min_max_change_patches_the_listener_in_place(
         assert ers_new.metadata.resource_version == ers.metadata.resource_version  # not a runner spec change
 
 
-# --- the Outdated guard (seed 002) -----------------------------------------------------------------
+# --- the Outdated guard -----------------------------------------------------------------
 
 
 async def test_outdated_guard_waits_for_applied_revision_then_parks(
@@ -436,7 +436,7 @@ async def test_conflict_on_ers_patch_rereads_and_converges(
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
         assert ers.spec.actionable_revision == 2  # bumped once, not once per attempt
         assert ers.spec.ephemeral_runner_spec.spec["containers"][0]["image"] == "ghcr.io/actions/actions-runner:2.330.0"
-        assert metric(w, "runnerscale_scale_set_conflicts_total") >= 2
+        assert metric(w, "runnerscale_controller_conflicts_total", controller=WORKER.controller) >= 2
 
 
 # --- invalid input -----------------------------------------------------------------------------------
@@ -493,7 +493,7 @@ async def _with_phase(kube: Any, key: ObjectKey, phase: str) -> AutoscalingRunne
     return ars if ars and ars.status and ars.status.phase == phase else None
 
 
-# --- re-registration (peers.md §2 #5: a stale scale set id is a permanent outage in ARC) ----------
+# --- re-registration (a stale scale set id is a permanent outage in ARC) ----------
 
 
 async def test_scale_set_deleted_at_the_service_is_re_registered(
@@ -526,7 +526,7 @@ async def test_scale_set_deleted_at_the_service_is_re_registered(
         await wait_for(children_follow, what="ERS and listener point at the new scale set")
 
 
-# --- horizontal scale (DESIGN §6) ----------------------------------------------------------------------
+# --- horizontal scale ----------------------------------------------------------------------
 
 
 async def test_two_replicas_register_each_scale_set_once_and_survive_a_crash(

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from services.runner.worker import WORKER_NAME, make_setup
+from services.runner.worker import WORKER
 from shared.bus.messages import JobStarted
 from shared.kube.leases import KubeShardOwnership
 from shared.worker import SettingsError, running_worker
@@ -67,7 +67,7 @@ async def test_runner_worker_keeps_reconciling_through_a_nats_outage(
 ) -> None:
     env = RunnerEnv(kube, namespace, actions_sim, await register_scale_set(actions_sim), github_secret)
     settings = worker_settings("r0", bus={"shards": 2}, ownership="kube", lease_duration=3.0)
-    async with running_worker(WORKER_NAME, settings, make_setup(FAST, holder=env.holder)) as w:
+    async with running_worker(WORKER.name, settings, WORKER.setup(FAST)) as w:
         await w.wait_ready()
         env.worker = w
         ctx = w.ctx

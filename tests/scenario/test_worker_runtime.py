@@ -7,7 +7,7 @@ import anyio
 import pytest
 
 from shared.bus import DesiredState, ResourceRef, subjects
-from shared.kube import SECRETS, ObjectKey
+from shared.kube import DONE, SECRETS, ObjectKey, ReconcileContext, Result
 from shared.worker import running_worker
 from tests.scenario.conftest import wait_for
 
@@ -20,8 +20,9 @@ async def test_worker_runs_controllers_serves_http_and_routes_bus(worker_setting
     def setup(ctx):
         secrets = ctx.informers(SECRETS)
 
-        async def reconcile(key: ObjectKey):
+        async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
             seen.append(key)
+            return DONE
 
         c = ctx.controller("secrets-test", reconcile, ctx.for_(secrets))
         ctx.route(subjects.RUNNER_SET_DESIRED, c)
@@ -186,3 +187,76 @@ async def test_body_errors_propagate_unwrapped_and_dead_nats_fails_start(worker_
     with pytest.raises(BusUnavailable):
         async with running_worker("dead-nats", dead, lambda ctx: []):
             pass
+
+
+async def test_readiness_waits_for_every_part_and_a_stop_while_starting_ends_the_start(worker_settings):
+    """An informer that cannot list (a kind the API server does not serve) never says it is up:
+    /readyz stays 503 and wait_ready times out; a stop still ends the worker promptly."""
+    from shared.kube import Resource
+    from shared.kube.objects import ConfigMap
+
+    unserved = Resource("example.invalid", "v1", "nothings", "Nothing", ConfigMap)
+
+    def setup(ctx):
+        c = ctx.controller("never-synced", _done, ctx.for_(ctx.informers(unserved)))
+        return [c]
+
+    async with running_worker("unready-test", worker_settings(bus={"shards": 1}), setup) as w:
+        with pytest.raises(TimeoutError):
+            await w.wait_ready(timeout=2.0)
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{w.ports['health']}/readyz") as r:
+            assert r.status == 503 and "starting" in await r.text()
+        with anyio.fail_after(10):
+            w.stop()
+            await w.wait_done()
+    assert w.failure is None and not w.ready
+
+
+async def _done(key: ObjectKey, ctx: ReconcileContext) -> Result:
+    return DONE
+
+
+async def test_a_second_sigterm_stops_at_once_without_draining(worker_settings, kube, namespace):
+    """The first SIGTERM waits for the in-flight reconcile (up to shutdown_timeout, 60 s here);
+    a second one stops at once and run_worker returns 1."""
+    import logging
+    import os
+    import signal
+
+    from shared.worker import run_worker
+
+    started, finished = anyio.Event(), anyio.Event()
+
+    async def stuck(key: ObjectKey, ctx: ReconcileContext) -> Result:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            finished.set()
+        return DONE
+
+    def setup(ctx):
+        return [ctx.controller("stuck", stuck, ctx.for_(ctx.informers(SECRETS)))]
+
+    await kube.writer.create(SECRETS, {"metadata": {"name": "s1", "namespace": namespace}, "data": {}})
+    settings = worker_settings("sig", bus={"shards": 1}, shutdown_timeout=60.0)
+    codes: list[int] = []
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level  # run_worker installs its JSON handler
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def run() -> None:
+                    codes.append(await run_worker("signal-test", settings, setup))
+
+                tg.start_soon(run)
+                await started.wait()
+                os.kill(os.getpid(), signal.SIGTERM)
+                with anyio.move_on_after(1.0):  # the graceful stop waits for the reconcile: still running
+                    await finished.wait()
+                assert not codes and not finished.is_set()
+                os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        root.handlers[:], root.level = handlers, level
+    assert codes == [1] and finished.is_set()

@@ -1,4 +1,4 @@
-"""Credentials, the App JWT, unverified expiry reading and the refresh rule (§1.2, §1.5)."""
+"""Credentials, the App JWT, unverified expiry reading and the refresh rule (README "Actions service client")."""
 
 from __future__ import annotations
 

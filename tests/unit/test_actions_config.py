@@ -1,4 +1,4 @@
-"""Config URL parsing: scopes, hosted vs GHES API bases, typed errors (scaleset-api.md §1.1)."""
+"""Config URL parsing: scopes, hosted vs GHES API bases, typed errors."""
 
 from __future__ import annotations
 

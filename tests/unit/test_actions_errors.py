@@ -1,4 +1,4 @@
-"""Error classification (scaleset-api.md §2.6) and that no secret reaches an error text."""
+"""Error classification and that no secret reaches an error text."""
 
 from __future__ import annotations
 

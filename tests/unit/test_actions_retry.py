@@ -1,4 +1,4 @@
-"""Retry decisions of the reference policy (scaleset-api.md §5), as pure functions."""
+"""Retry decisions of the reference policy, as pure functions."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from shared.bus.leases import fair_share, plan_claims, preference_order
+from shared.shards import fair_share, plan_claims, preference_order
 
 
 @pytest.mark.parametrize(

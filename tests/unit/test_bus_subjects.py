@@ -9,6 +9,7 @@ import pytest
 from shared.bus import subjects
 from shared.bus.errors import InvalidResourceName
 from shared.bus.subjects import SubjectKind
+from shared.shards import shard_of
 
 KV_KEY = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
 # A single NATS subject token: no separators, wildcards, whitespace or control characters.
@@ -119,13 +120,13 @@ def test_consumers_filter_inside_their_stream() -> None:
 
 def test_shard_of_is_stable_across_processes_and_in_range() -> None:
     # crc32 is fixed by definition; Python's hash() would change per process.
-    assert subjects.shard_of("arc-runners/my-set", 16) == subjects.shard_of("arc-runners/my-set", 16)
+    assert shard_of("arc-runners/my-set", 16) == shard_of("arc-runners/my-set", 16)
     import zlib
 
-    assert subjects.shard_of("arc-runners/my-set", 16) == zlib.crc32(b"arc-runners/my-set") % 16
+    assert shard_of("arc-runners/my-set", 16) == zlib.crc32(b"arc-runners/my-set") % 16
     counts = [0] * 16
     for i in range(3200):
-        counts[subjects.shard_of(f"ns/runner-{i}", 16)] += 1
+        counts[shard_of(f"ns/runner-{i}", 16)] += 1
     assert min(counts) > 120 and max(counts) < 280  # roughly uniform
 
 

@@ -2,66 +2,71 @@
 
 from __future__ import annotations
 
-import argparse
 from datetime import UTC
 
 import pytest
 
-from services.listener_pod import desired as d
-from services.listener_pod.worker import add_listener_pod_arguments, listener_key_from_labels, main, options_from_args
+from services.listener_pod.decide import ListenerPodSettings
+from services.listener_pod.worker import WORKER, listener_key_from_labels, main
+from shared import settings as loader
 from shared.api import ObjectMeta
+from shared.backoff import Backoff
 from shared.kube import ObjectKey
 from shared.kube.objects import Role
-from shared.worker import SettingsError
+from shared.settings import SettingsError
 
 
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_listener_pod_arguments(parser)
-    return parser.parse_args(list(argv))
+def load(*argv: str, env: dict[str, str] | None = None) -> ListenerPodSettings:
+    return loader.load(ListenerPodSettings, WORKER.parser().parse_args(list(argv)), env or {})
 
 
 def test_defaults_follow_arc() -> None:
-    opts = options_from_args(parse())
-    s = opts.settings
+    s = load()
     assert (s.metrics_addr, s.metrics_endpoint, s.health_addr) == (":8080", "/metrics", ":8081")
     assert s.node_sim_exec is True
-    assert opts.resync_seconds == 60.0
-    assert opts.backoff == d.Backoff(base=1.0, cap=60.0)
+    assert s.resync_seconds == 60.0
+    assert s.restart == Backoff(base=1.0, cap=60.0)
 
 
-def test_flags() -> None:
-    opts = options_from_args(
-        parse(
-            "--listener-image",
-            "reg/x:1",
-            "--listener-metrics-addr",
-            "0",
-            "--listener-health-addr",
-            "127.0.0.1:9999",
-            "--exclude-label-propagation-prefix",
-            "a/",
-            "--exclude-label-propagation-prefix",
-            "b/",
-            "--resync-period",
-            "5",
-            "--listener-restart-backoff",
-            "0.5",
-            "--no-node-sim-exec",
-        )
+def test_flags_and_environment() -> None:
+    s = load(
+        "--listener-image",
+        "reg/x:1",
+        "--listener-metrics-addr",
+        "0",
+        "--listener-health-addr",
+        "127.0.0.1:9999",
+        "--exclude-label-propagation-prefix",
+        "a/",
+        "--exclude-label-propagation-prefix",
+        "b/",
+        "--resync-period",
+        "5",
+        "--listener-restart-backoff",
+        "0.5",
+        "--no-node-sim-exec",
+        "--listener-nats-url",
+        "nats://a:4222",
     )
-    s = opts.settings
     assert s.image == "reg/x:1" and s.metrics_addr == "0" and s.health_addr == "127.0.0.1:9999"
     assert s.exclude_label_prefixes == ("a/", "b/") and s.node_sim_exec is False
-    assert opts.resync_seconds == 5.0 and opts.backoff.base == 0.5
+    assert s.resync_seconds == 5.0 and s.restart.base == 0.5
+    assert s.nats_urls == ("nats://a:4222",)
+    assert load(env={"RUNNERSCALE_LISTENER_IMAGE": "env/img:2"}).image == "env/img:2"
 
 
 @pytest.mark.parametrize(
-    "argv", [("--resync-period", "0"), ("--listener-health-addr", "nonsense"), ("--listener-restart-backoff", "-1")]
+    ("argv", "named"),
+    [
+        (("--resync-period", "0"), "--resync-period"),
+        (("--listener-health-addr", "nonsense"), "--listener-health-addr"),
+        (("--listener-restart-backoff", "-1"), "--listener-restart-backoff"),
+    ],
 )
-def test_bad_flags_are_settings_errors(argv: tuple[str, ...]) -> None:
-    with pytest.raises(SettingsError):
-        options_from_args(parse(*argv))
+def test_bad_flags_are_settings_errors(argv: tuple[str, ...], named: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        load(*argv)
+    assert err.value.setting.endswith(named)
 
 
 def test_main_exits_2_on_a_bad_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""The objects the listener-pod worker builds for an AutoscalingListener (pure; ARC §3.1)."""
+"""The objects the listener-pod worker builds for an AutoscalingListener (pure)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from services.listener_pod import desired as d
+from services.listener_pod import build, decide
 from shared.api import AutoscalingListener, decode
 from shared.api.constants import (
     ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION,
@@ -20,8 +20,8 @@ from shared.api.constants import (
 from shared.bus import BusSettings
 from shared.listener_config import parse_config
 
-PAT = d.Credentials(github_token="ghp_testtoken_123456")
-SETTINGS = d.ListenerPodSettings(image="example.com/runnerscale:1.0")
+PAT = build.Credentials(github_token="ghp_testtoken_123456")
+SETTINGS = decide.ListenerPodSettings(image="example.com/runnerscale:1.0")
 
 
 def make_al(**spec: Any) -> AutoscalingListener:
@@ -63,7 +63,7 @@ def test_service_account_is_owned_and_labelled() -> None:
     al = make_al(
         serviceAccountMetadata={"labels": {"sa-label": "listener", "team": "overridden"}, "annotations": {"a": "b"}}
     )
-    sa = d.desired_service_account(al, SETTINGS)
+    sa = build.desired_service_account(al, SETTINGS)
     meta = sa["metadata"]
     assert (meta["name"], meta["namespace"]) == ("arc-runner-set-7f984dc6-listener", "arc-systems")
     assert meta["labels"]["sa-label"] == "listener"
@@ -85,8 +85,8 @@ def test_service_account_is_owned_and_labelled() -> None:
 
 def test_excluded_label_prefixes_are_not_propagated() -> None:
     al = make_al(roleMetadata={"labels": {"example.com/role": "x", "keep": "y"}})
-    settings = d.ListenerPodSettings(exclude_label_prefixes=("example.com/",))
-    role = d.desired_role(al, settings)
+    settings = decide.ListenerPodSettings(exclude_label_prefixes=("example.com/",))
+    role = build.desired_role(al, settings)
     labels = role["metadata"]["labels"]
     assert "example.com/excluded" not in labels and "example.com/role" not in labels
     assert labels["keep"] == "y" and labels["team"] == "ci"
@@ -94,7 +94,7 @@ def test_excluded_label_prefixes_are_not_propagated() -> None:
 
 def test_role_lives_in_the_ars_namespace_with_arc_rules() -> None:
     al = make_al(ephemeralRunnerSetName="my-ers")
-    role = d.desired_role(al, SETTINGS)
+    role = build.desired_role(al, SETTINGS)
     assert role["metadata"]["namespace"] == "arc-runners"
     assert "ownerReferences" not in role["metadata"], "cross-namespace: no owner reference"
     assert role["metadata"]["labels"][LABEL_LISTENER_NAME] == al.metadata.name
@@ -116,7 +116,7 @@ def test_role_lives_in_the_ars_namespace_with_arc_rules() -> None:
 
 def test_role_binding_binds_the_service_account_across_namespaces() -> None:
     al = make_al()
-    rb = d.desired_role_binding(al, SETTINGS)
+    rb = build.desired_role_binding(al, SETTINGS)
     assert rb["metadata"]["namespace"] == "arc-runners"
     assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": al.metadata.name}
     assert rb["subjects"] == [{"kind": "ServiceAccount", "name": al.metadata.name, "namespace": "arc-systems"}]
@@ -138,14 +138,16 @@ def test_rules_compare_semantically() -> None:
             verbs=["patch"],
         ),
     ]
-    assert not d.rules_differ(d.role_rules("ers"), live)
-    assert d.rules_differ(d.role_rules("ers-updated"), live)
+    assert not decide.rules_differ(build.role_rules("ers"), live)
+    assert decide.rules_differ(build.role_rules("ers-updated"), live)
 
 
 def test_metadata_patch_is_a_subset_check() -> None:
     want = {"labels": {"a": "1"}, "annotations": {"x": "y"}}
-    assert d.metadata_patch(want, {"a": "1", "foreign": "kept"}, {"x": "y", "webhook/added": "z"}) is None
-    assert d.metadata_patch(want, {"a": "2"}, {}) == {"metadata": {"labels": {"a": "1"}, "annotations": {"x": "y"}}}
+    assert decide.metadata_patch(want, {"a": "1", "foreign": "kept"}, {"x": "y", "webhook/added": "z"}) is None
+    assert decide.metadata_patch(want, {"a": "2"}, {}) == {
+        "metadata": {"labels": {"a": "1"}, "annotations": {"x": "y"}}
+    }
 
 
 # --- config --------------------------------------------------------------------------------------------
@@ -153,11 +155,11 @@ def test_metadata_patch_is_a_subset_check() -> None:
 
 def test_config_parses_with_the_listeners_own_parser() -> None:
     al = make_al()
-    bus = d.BusPassThrough.from_bus_settings(
+    bus = build.BusPassThrough.from_bus_settings(
         BusSettings(nats_urls=("nats://10.0.0.1:4222",), user="u", password="natspass", lease_ttl=8.0)
     )
-    cfg = d.listener_config(al, PAT, SETTINGS, bus)
-    parsed = parse_config(d.encode_config(cfg))
+    cfg = build.listener_config(al, PAT, SETTINGS, bus)
+    parsed = parse_config(build.encode_config(cfg))
     assert parsed.configure_url == "https://github.com/octo-org/octo-repo"
     assert parsed.github_token == "ghp_testtoken_123456"
     assert parsed.runner_scale_set_id == 17
@@ -175,21 +177,21 @@ def test_config_parses_with_the_listeners_own_parser() -> None:
 
 
 def test_config_with_github_app_credentials() -> None:
-    creds = d.Credentials(
+    creds = build.Credentials(
         github_app_id="12345",
         github_app_installation_id=678,
         github_app_private_key="-----BEGIN RSA PRIVATE KEY-----\nx\n",
     )
-    cfg = d.listener_config(make_al(), creds, SETTINGS, d.BusPassThrough())
+    cfg = build.listener_config(make_al(), creds, SETTINGS, build.BusPassThrough())
     assert "github_token" not in cfg
     assert (cfg["github_app_id"], cfg["github_app_installation_id"]) == ("12345", 678)
 
 
 def test_metrics_disabled_by_arc_zero() -> None:
-    settings = d.ListenerPodSettings(metrics_addr="0")
-    cfg = d.listener_config(make_al(), PAT, settings, d.BusPassThrough())
+    settings = decide.ListenerPodSettings(metrics_addr="0")
+    cfg = build.listener_config(make_al(), PAT, settings, build.BusPassThrough())
     assert cfg["metrics_addr"] == "" and "metrics_endpoint" not in cfg
-    pod = d.desired_listener_pod(make_al(), settings, "1")
+    pod = build.desired_listener_pod(make_al(), settings, "1")
     ports = pod["spec"]["containers"][0]["ports"]
     assert [p["name"] for p in ports] == ["health"]
 
@@ -202,17 +204,17 @@ def test_proxy_with_credentials_goes_into_the_config() -> None:
             "noProxy": ["example.org", "10.0.0.0/8"],
         }
     )
-    assert d.proxy_secret_refs(al) == ["proxy-creds"]
-    proxy = d.proxy_settings(al, {"proxy-creds": ("user", "p@ss")})
+    assert build.proxy_secret_refs(al) == ["proxy-creds"]
+    proxy = build.proxy_settings(al, {"proxy-creds": ("user", "p@ss")})
     assert proxy == {
         "http_proxy": "http://user:p%40ss@proxy.example.com:3128",
         "https_proxy": "http://proxy.example.com:3129",
         "no_proxy": "example.org,10.0.0.0/8",
     }
-    cfg = d.listener_config(
-        al, PAT, SETTINGS, d.BusPassThrough(), proxy=proxy, server_root_ca="-----BEGIN CERTIFICATE-----\n"
+    cfg = build.listener_config(
+        al, PAT, SETTINGS, build.BusPassThrough(), proxy=proxy, server_root_ca="-----BEGIN CERTIFICATE-----\n"
     )
-    parsed = parse_config(d.encode_config(cfg))
+    parsed = parse_config(build.encode_config(cfg))
     assert parsed.proxy.no_proxy == "example.org,10.0.0.0/8"
     assert parsed.server_root_ca.startswith("-----BEGIN CERTIFICATE")
 
@@ -224,32 +226,32 @@ def test_vault_is_refused_with_a_clear_problem() -> None:
             "azureKeyVault": {"url": "u", "tenantId": "t", "clientId": "c", "certificatePath": "p"},
         }
     )
-    with pytest.raises(d.ConfigProblem, match="vaultConfig"):
-        d.listener_config(al, PAT, SETTINGS, d.BusPassThrough())
+    with pytest.raises(build.ConfigProblem, match="vaultConfig"):
+        build.listener_config(al, PAT, SETTINGS, build.BusPassThrough())
 
 
 def test_config_bytes_are_deterministic_and_compared_as_json() -> None:
     al = make_al()
-    a = d.encode_config(d.listener_config(al, PAT, SETTINGS, d.BusPassThrough()))
-    b = d.encode_config(d.listener_config(al, PAT, SETTINGS, d.BusPassThrough()))
+    a = build.encode_config(build.listener_config(al, PAT, SETTINGS, build.BusPassThrough()))
+    b = build.encode_config(build.listener_config(al, PAT, SETTINGS, build.BusPassThrough()))
     assert a == b
     reordered = json.dumps(dict(reversed(list(json.loads(a).items())))).encode()
-    assert not d.config_data_differs(a, reordered)
-    changed = d.encode_config(d.listener_config(make_al(maxRunners=20), PAT, SETTINGS, d.BusPassThrough()))
-    assert d.config_data_differs(changed, a)
-    assert d.config_data_differs(a, None) and d.config_data_differs(a, b"not json")
+    assert not decide.config_data_differs(a, reordered)
+    changed = build.encode_config(build.listener_config(make_al(maxRunners=20), PAT, SETTINGS, build.BusPassThrough()))
+    assert decide.config_data_differs(changed, a)
+    assert decide.config_data_differs(a, None) and decide.config_data_differs(a, b"not json")
 
 
 def test_config_secret_holds_config_json() -> None:
     al = make_al(configSecretMetadata={"labels": {"l": "1"}, "annotations": {"n": "2"}})
-    secret = d.desired_config_secret(al, b'{"k":1}', SETTINGS)
+    secret = build.desired_config_secret(al, b'{"k":1}', SETTINGS)
     assert secret["metadata"]["name"] == "arc-runner-set-7f984dc6-listener-config"
     assert base64.b64decode(secret["data"]["config.json"]) == b'{"k":1}'
     assert secret["metadata"]["labels"] == {"l": "1"} and secret["metadata"]["annotations"] == {"n": "2"}
 
 
 def test_bus_pass_through_repr_hides_secrets() -> None:
-    bus = d.BusPassThrough(password="natspassword", token="natstoken")
+    bus = build.BusPassThrough(password="natspassword", token="natstoken")
     assert "natspassword" not in repr(bus) and "natstoken" not in repr(bus)
     assert "ghp_testtoken_123456" not in repr(PAT)
 
@@ -259,7 +261,7 @@ def test_bus_pass_through_repr_hides_secrets() -> None:
 
 def test_listener_pod_shape() -> None:
     al = make_al(imagePullSecrets=[{"name": "ghcr-pull"}])
-    pod = d.desired_listener_pod(al, SETTINGS, "4711")
+    pod = build.desired_listener_pod(al, SETTINGS, "4711")
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"] == al.metadata.name and meta["namespace"] == "arc-systems"
     assert meta["ownerReferences"][0]["uid"] == "uid-al-1"
@@ -287,12 +289,12 @@ def test_listener_pod_shape() -> None:
 
 
 def test_spec_image_wins_over_the_flag() -> None:
-    pod = d.desired_listener_pod(make_al(image="ghcr.io/x/listener:2"), SETTINGS, "1")
+    pod = build.desired_listener_pod(make_al(image="ghcr.io/x/listener:2"), SETTINGS, "1")
     assert pod["spec"]["containers"][0]["image"] == "ghcr.io/x/listener:2"
 
 
 def test_health_disabled_means_no_probes() -> None:
-    pod = d.desired_listener_pod(make_al(), d.ListenerPodSettings(health_addr="0"), "1")
+    pod = build.desired_listener_pod(make_al(), decide.ListenerPodSettings(health_addr="0"), "1")
     c = pod["spec"]["containers"][0]
     assert "livenessProbe" not in c and "readinessProbe" not in c
 
@@ -318,7 +320,7 @@ def test_template_merge() -> None:
             ],
         },
     }
-    pod = d.desired_listener_pod(make_al(template=template), SETTINGS, "1")
+    pod = build.desired_listener_pod(make_al(template=template), SETTINGS, "1")
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["labels"]["tmpl"] == "l" and meta["labels"]["team"] == "ci"
     assert meta["annotations"]["tmpl"] == "a"
@@ -338,7 +340,7 @@ def test_template_merge() -> None:
 
 
 def test_template_without_node_selector_keeps_the_default() -> None:
-    pod = d.desired_listener_pod(
+    pod = build.desired_listener_pod(
         make_al(template={"spec": {"tolerations": [{"key": "a", "operator": "Exists"}]}}), SETTINGS, "1"
     )
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
@@ -346,6 +348,6 @@ def test_template_without_node_selector_keeps_the_default() -> None:
 
 
 def test_addr_helpers() -> None:
-    assert d.addr_port(":8080") == 8080 and d.addr_port("127.0.0.1:9000") == 9000
-    assert d.addr_port("0") == 0 and d.addr_port("") == 0 and d.addr_port("127.0.0.1:0") == 0
-    assert d.enabled_addr("0") == "" and d.enabled_addr(" :1 ") == ":1"
+    assert decide.addr_port(":8080") == 8080 and decide.addr_port("127.0.0.1:9000") == 9000
+    assert decide.addr_port("0") == 0 and decide.addr_port("") == 0 and decide.addr_port("127.0.0.1:0") == 0
+    assert decide.enabled_addr("0") == "" and decide.enabled_addr(" :1 ") == ":1"

@@ -1,11 +1,12 @@
-"""Listener pod drift (seed 004): compare the pod semantically, as a derivative, never by a hash."""
+"""Listener pod drift: compare the pod semantically, as a derivative, never by a hash."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-from services.listener_pod import desired as d
+from services.listener_pod import build, decide
+from shared.backoff import Backoff
 from shared.api import decode
 from shared.api.constants import ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION
 from shared.kube.objects import Pod
@@ -74,12 +75,12 @@ def server_defaulted(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def drift(want: dict[str, Any], live: dict[str, Any]) -> str | None:
-    return d.pod_drift(want, live["spec"], live["metadata"].get("annotations") or {})
+    return decide.pod_drift(want, live["spec"], live["metadata"].get("annotations") or {})
 
 
 def fixture(template: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     al = make_al(template=template) if template else make_al()
-    want = d.desired_listener_pod(al, SETTINGS, RV)
+    want = build.desired_listener_pod(al, SETTINGS, RV)
     return want, server_defaulted(want)
 
 
@@ -90,7 +91,7 @@ def test_server_defaulted_pod_is_not_drift() -> None:
 
 def test_guard_the_comparison_is_a_derivative_not_equality() -> None:
     """If this comparison were tightened to DeepEqual, every healthy listener would be deleted and
-    recreated on every reconcile (seed 004): the live pod is NOT equal to the desired one."""
+    recreated on every reconcile: the live pod is NOT equal to the desired one."""
     want, live = fixture()
     assert not semantic_equal(want["spec"], live["spec"])
     assert drift(want, live) is None
@@ -124,7 +125,7 @@ def test_changed_resources_is_drift() -> None:
 
 def test_added_container_is_drift() -> None:
     base, live = fixture()
-    want = d.desired_listener_pod(
+    want = build.desired_listener_pod(
         make_al(template={"spec": {"containers": [{"name": "sidecar", "image": "busybox"}]}}), SETTINGS, RV
     )
     assert drift(want, live) is not None
@@ -134,10 +135,12 @@ def test_added_container_is_drift() -> None:
 def test_removed_metrics_port_is_drift() -> None:
     """Ports come from a flag: turning metrics off must not leave the port on the pod forever."""
     _, live = fixture()
-    no_ports = d.ListenerPodSettings(image=SETTINGS.image, metrics_addr="0", health_addr="0")
-    want = d.desired_listener_pod(make_al(), no_ports, RV)
+    no_ports = decide.ListenerPodSettings(image=SETTINGS.image, metrics_addr="0", health_addr="0")
+    want = build.desired_listener_pod(make_al(), no_ports, RV)
     assert drift(want, live) == "container ports changed", "the derivative alone cannot see a removed port"
-    metrics_off = d.desired_listener_pod(make_al(), d.ListenerPodSettings(image=SETTINGS.image, metrics_addr="0"), RV)
+    metrics_off = build.desired_listener_pod(
+        make_al(), decide.ListenerPodSettings(image=SETTINGS.image, metrics_addr="0"), RV
+    )
     assert drift(metrics_off, live) is not None
 
 
@@ -167,11 +170,11 @@ def test_metadata_patch_never_writes_the_config_revision() -> None:
     want, live = fixture()
     want["metadata"]["labels"]["new"] = "label"
     want["metadata"]["annotations"][ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION] = "999"
-    patch = d.pod_metadata_patch(want, live["metadata"]["labels"], live["metadata"]["annotations"])
+    patch = decide.pod_metadata_patch(want, live["metadata"]["labels"], live["metadata"]["annotations"])
     assert patch == {"metadata": {"labels": {"new": "label"}}}
     want2, live2 = fixture()
     live2["metadata"]["labels"]["added-by-webhook"] = "x"
-    assert d.pod_metadata_patch(want2, live2["metadata"]["labels"], live2["metadata"]["annotations"]) is None
+    assert decide.pod_metadata_patch(want2, live2["metadata"]["labels"], live2["metadata"]["annotations"]) is None
 
 
 # --- pod state -----------------------------------------------------------------------------------------
@@ -186,14 +189,16 @@ def test_pod_verdicts() -> None:
         "phase": "Running",
         "containerStatuses": [{"name": "listener", "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}],
     }
-    assert d.pod_verdict(pod(running)).state is d.PodState.RUNNING
-    assert d.pod_verdict(pod({"phase": "Pending"})).state is d.PodState.STARTING
-    assert d.pod_verdict(pod(running, deletionTimestamp="2026-11-29T10:00:00Z")).state is d.PodState.TERMINATING
-    evicted = d.pod_verdict(
+    assert decide.pod_verdict(pod(running)).state is decide.PodState.RUNNING
+    assert decide.pod_verdict(pod({"phase": "Pending"})).state is decide.PodState.STARTING
+    assert (
+        decide.pod_verdict(pod(running, deletionTimestamp="2026-11-29T10:00:00Z")).state is decide.PodState.TERMINATING
+    )
+    evicted = decide.pod_verdict(
         pod({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."})
     )
-    assert (evicted.state, evicted.reason) == (d.PodState.FAILED, "evicted")
-    exited = d.pod_verdict(
+    assert (evicted.state, evicted.reason) == (decide.PodState.FAILED, "evicted")
+    exited = decide.pod_verdict(
         pod(
             {
                 "phase": "Running",
@@ -203,9 +208,9 @@ def test_pod_verdicts() -> None:
             }
         )
     )
-    assert (exited.state, exited.reason) == (d.PodState.FAILED, "terminated")
+    assert (exited.state, exited.reason) == (decide.PodState.FAILED, "terminated")
     assert "code 1" in exited.detail
-    exit0 = d.pod_verdict(
+    exit0 = decide.pod_verdict(
         pod(
             {
                 "phase": "Succeeded",
@@ -213,17 +218,17 @@ def test_pod_verdicts() -> None:
             }
         )
     )
-    assert exit0.state is d.PodState.FAILED, "ARC: a listener container terminated with any exit code is recreated"
-    assert d.pod_verdict(pod({"phase": "Failed"})).reason == "pod-failed"
+    assert exit0.state is decide.PodState.FAILED, "ARC: a listener container terminated with any exit code is recreated"
+    assert decide.pod_verdict(pod({"phase": "Failed"})).reason == "pod-failed"
     sidecar_only = {
         "phase": "Running",
         "containerStatuses": [{"name": "sidecar", "state": {"terminated": {"exitCode": 1}}}],
     }
-    assert d.pod_verdict(pod(sidecar_only)).state is d.PodState.STARTING
+    assert decide.pod_verdict(pod(sidecar_only)).state is decide.PodState.STARTING
 
 
 def test_backoff() -> None:
-    b = d.Backoff(base=1.0, cap=8.0)
-    assert [b.delay(n) for n in range(1, 7)] == [0.0, 1.0, 2.0, 4.0, 8.0, 8.0]
-    assert d.next_create_at(None, b) == 0.0
-    assert d.next_create_at(d.RestartRecord(failures=3, last_failure=100.0), b) == 102.0
+    b = Backoff(base=1.0, cap=8.0)
+    assert [decide.restart_delay(n, b) for n in range(1, 7)] == [0.0, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert decide.next_create_at(None, b) == 0.0
+    assert decide.next_create_at(decide.RestartRecord(failures=3, last_failure=100.0), b) == 102.0

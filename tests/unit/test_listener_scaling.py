@@ -1,4 +1,4 @@
-"""The listener's pure scaling decisions against ARC's scaler test table (arc-controllers.md §7.6)."""
+"""The listener's pure scaling decisions against ARC's scaler test table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pure decisions of the runner-set worker: ARC's patch-ID protocol (arc-controllers.md §2.2, §8)
+"""Pure decisions of the runner-set worker: ARC's patch-ID protocol
 and the typed state of the seeds (000-003)."""
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def test_failed_runners_occupy_replicas():
     assert plan_for(ers(replicas=2, patch_id=0), [er("Failed"), er("Running", runner_id=1)]).create == 0
 
 
-# --- finished-runner cleanup (seed 000, 003) ----------------------------------------------------
+# --- finished-runner cleanup ----------------------------------------------------
 
 
 def test_finished_runners_reaped_and_marker_recorded_then_no_replacement():

@@ -3,7 +3,6 @@ and how plan() uses them): pure, with the clock passed in."""
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 
 import pytest
@@ -15,7 +14,8 @@ from services.runner_set.failures import (
     ANNOTATION_REPLACES,
     FailurePolicy,
 )
-from services.runner_set.settings import add_runner_set_arguments, load_failure_policy
+from services.runner_set.worker import WORKER
+from shared import settings as loader
 from shared.api import EphemeralRunner, EphemeralRunnerSet, decode
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION, ANNOTATION_PATCH_ID
 from shared.worker import SettingsError
@@ -332,9 +332,11 @@ def test_budget_record_is_not_copied_onto_runners_and_replacements_are_annotated
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser()
-    add_runner_set_arguments(parser)
-    return parser.parse_args(argv)
+    return WORKER.parser().parse_args(argv)
+
+
+def load_failure_policy(args, env):
+    return loader.load(FailurePolicy, args, env)
 
 
 def test_settings_defaults_env_and_flags():
@@ -354,7 +356,7 @@ def test_settings_defaults_env_and_flags():
     [
         (["--failed-runner-ttl", "soon"], {}, "--failed-runner-ttl"),
         ([], {"RUNNERSCALE_FAILURE_BUDGET": "-1"}, "RUNNERSCALE_FAILURE_BUDGET"),
-        (["--failure-budget-backoff", "100", "--failure-budget-backoff-max", "10"], {}, "backoff_max"),
+        (["--failure-budget-backoff", "100", "--failure-budget-backoff-max", "10"], {}, "--failure-budget-backoff-max"),
     ],
 )
 def test_bad_settings_name_the_setting(argv, env, names):

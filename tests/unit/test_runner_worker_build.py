@@ -1,4 +1,4 @@
-"""The runner worker's pure builders: JIT config Secret and runner pod (arc-controllers.md §3.4)."""
+"""The runner worker's pure builders: JIT config Secret and runner pod."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""The runner worker's pure decisions: ARC's pod outcome table (§2.3 step 10, §7.3) and the
+"""The runner worker's pure decisions: ARC's pod outcome table and the
 better-than-ARC rules (lost pod with a job, start deadline, hung after job, removal give-up)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from msgspec.structs import replace
 from datetime import UTC, datetime, timedelta
 
 import msgspec

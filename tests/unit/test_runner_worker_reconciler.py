@@ -19,6 +19,7 @@ from shared.actions import (
     RunnerReference,
 )
 from shared.api import EphemeralRunner, decode
+from shared.clock import ManualClock
 from shared.kube import EPHEMERAL_RUNNERS, PODS, SECRETS, AlreadyExists, Result
 from shared.kube.objects import Pod, Secret
 
@@ -151,7 +152,7 @@ def reconciler(reader=None, writer=None, client=None, clients=None, **settings) 
         events,  # type: ignore[arg-type]
         clients or FakeClients(client or FakeClient()),
         RunnerSettings(**settings),
-        clock=lambda: NOW,
+        clock=ManualClock(NOW),
     )
     return rec, events
 
@@ -191,7 +192,7 @@ async def test_secret_written_concurrently_for_our_registration_is_kept():
     [
         (None, [], Result(requeue_after=0.5), False),
         (RunnerReference(id=3, name="r", runner_scale_set_id=1), [3], Result(requeue_after=0.5), False),
-        (RunnerReference(id=3, name="r", runner_scale_set_id=2), [], None, True),
+        (RunnerReference(id=3, name="r", runner_scale_set_id=2), [], Result(), True),
     ],
 )
 async def test_runner_exists_resolution(found, removed, result, er_deleted):

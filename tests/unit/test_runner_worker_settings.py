@@ -7,23 +7,21 @@ import argparse
 import pytest
 
 from services.runner.decide import ARC_FAILURE_BACKOFF, RunnerSettings
-from services.runner.worker import add_runner_arguments, load_runner_settings, main
+from services.runner.worker import WORKER, main
+from shared import settings as loader
 from shared.cli import SUBCOMMANDS
-from shared.worker import SettingsError, add_worker_arguments
+from shared.settings import SettingsError
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_worker_arguments(parser)
-    add_runner_arguments(parser)
-    return parser.parse_args(list(argv))
+    return WORKER.parser().parse_args(list(argv))
 
 
 def test_defaults_are_arcs():
-    settings, prefixes = load_runner_settings(parse(), {})
+    settings = loader.load(RunnerSettings, parse(), {})
     assert settings == RunnerSettings()
     assert settings.failure_backoff == ARC_FAILURE_BACKOFF and settings.max_failures == 5
-    assert prefixes == ()
+    assert settings.exclude_label_prefixes == ()
 
 
 def test_env_then_flags():
@@ -32,23 +30,35 @@ def test_env_then_flags():
         "RUNNERSCALE_RUNNER_MAX_FAILURES": "3",
         "RUNNERSCALE_RUNNER_POD_START_DEADLINE": "60",
     }
-    settings, _ = load_runner_settings(parse("--max-failures", "7", "--exclude-label-propagation-prefix", "a/,b/"), env)
+    settings = loader.load(
+        RunnerSettings, parse("--max-failures", "7", "--exclude-label-propagation-prefix", "a/,b/"), env
+    )
     assert settings.failure_backoff == (0.0, 1.0, 2.0)
     assert settings.max_failures == 7
     assert settings.pod_start_deadline == 60.0
-    _, prefixes = load_runner_settings(
-        parse("--exclude-label-propagation-prefix", "a/,b/", "--exclude-label-propagation-prefix", "c/"), {}
+    settings = loader.load(
+        RunnerSettings,
+        parse("--exclude-label-propagation-prefix", "a/,b/", "--exclude-label-propagation-prefix", "c/"),
+        {},
     )
-    assert prefixes == ("a/", "b/", "c/")
+    assert settings.exclude_label_prefixes == ("a/", "b/", "c/")
+    from_env = loader.load(RunnerSettings, parse(), {"RUNNERSCALE_EXCLUDE_LABEL_PROPAGATION_PREFIXES": "x/, y/"})
+    assert from_env.exclude_label_prefixes == ("x/", "y/")
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"),
-    [("--max-failures", "x"), ("--pod-start-deadline", "-1"), ("--failure-backoff", "1,a"), ("--failure-backoff", ",")],
+    ("flag", "value", "named"),
+    [
+        ("--max-failures", "x", "RUNNERSCALE_RUNNER_MAX_FAILURES / --max-failures"),
+        ("--pod-start-deadline", "-1", "RUNNERSCALE_RUNNER_POD_START_DEADLINE / --pod-start-deadline"),
+        ("--failure-backoff", "1,a", "RUNNERSCALE_RUNNER_FAILURE_BACKOFF / --failure-backoff"),
+        ("--failure-backoff", ",", "RUNNERSCALE_RUNNER_FAILURE_BACKOFF / --failure-backoff"),
+    ],
 )
-def test_bad_values_name_the_setting(flag, value):
-    with pytest.raises(SettingsError):
-        load_runner_settings(parse(flag, value), {})
+def test_bad_values_name_the_setting(flag, value, named):
+    with pytest.raises(SettingsError) as err:
+        loader.load(RunnerSettings, parse(flag, value), {})
+    assert err.value.setting == named
 
 
 def test_registered_and_bad_flag_exits_2(capsys):

@@ -11,7 +11,6 @@ from services.scale_set.build import (
     desired_ephemeral_runner_set,
     desired_listener,
     effective_scale_set_name,
-    filter_and_merge_labels,
     merge_patch_diff,
     scale_set_id_of,
 )
@@ -31,7 +30,14 @@ from shared.api.constants import (
     LABEL_SCALE_SET_NAMESPACE,
     LABEL_VERSION,
 )
-from shared.api.names import fnv_hash_string, listener_name, runner_proxy_secret_name, trim_label_value, url_labels
+from shared.api.names import (
+    filter_and_merge_labels,
+    fnv_hash_string,
+    listener_name,
+    runner_proxy_secret_name,
+    trim_label_value,
+    url_labels,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "arc"
 OPTIONS = BuildOptions(
@@ -47,7 +53,7 @@ def load_ars(name: str = "ars-dind.yaml", **annotations: str) -> AutoscalingRunn
 
 
 def test_listener_name_matches_arcs_worked_example() -> None:
-    # research/arc-controllers.md §2.7: hash input "arc-runners@@https://github.com/org/repo".
+    # ARC's name hash: hash input "arc-runners@@https://github.com/org/repo".
     assert listener_name("my-set", "arc-runners", "", "https://github.com/org/repo") == "my-set-7f984dc6-listener"
 
 

@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
-from services.scale_set.worker import (
-    OptionsError,
-    add_scale_set_arguments,
-    listener_owner_keys,
-    main,
-    options_from_args,
-)
+from services.scale_set.worker import WORKER, ScaleSetSettings, listener_owner_keys, main
+from shared import settings as loader
 from shared.api import AutoscalingListener, AutoscalingListenerSpec
 from shared.kube import ObjectKey
+from shared.settings import SettingsError
 
 
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_scale_set_arguments(parser)
-    return parser.parse_args(list(argv))
+def load(*argv: str, environ: dict[str, str]) -> ScaleSetSettings:
+    return loader.load(ScaleSetSettings, WORKER.parser().parse_args(list(argv)), environ)
 
 
 def test_flags_build_options() -> None:
-    args = parse(
+    opts = load(
         "--controller-namespace",
         "arc-systems",
         "--listener-image",
@@ -35,37 +27,40 @@ def test_flags_build_options() -> None:
         "a",
         "--exclude-label-propagation-prefix",
         "helm.sh/",
-    )
-    opts = options_from_args(args, environ={})
+        environ={},
+    ).build
     assert (opts.controller_namespace, opts.listener_image) == ("arc-systems", "img:1")
     assert opts.image_pull_secrets == ("a", "b")
     assert opts.exclude_label_prefixes == ("helm.sh/",)
 
 
 def test_environment_fallbacks_use_arcs_names_too() -> None:
-    opts = options_from_args(
-        parse(), environ={"CONTROLLER_MANAGER_POD_NAMESPACE": "ns", "CONTROLLER_MANAGER_CONTAINER_IMAGE": "img"}
-    )
+    opts = load(environ={"CONTROLLER_MANAGER_POD_NAMESPACE": "ns", "CONTROLLER_MANAGER_CONTAINER_IMAGE": "img"})
     assert (opts.controller_namespace, opts.listener_image) == ("ns", "img")
-    opts = options_from_args(
-        parse("--listener-image", "flag"),
+    opts = load(
+        "--listener-image",
+        "flag",
         environ={"RUNNERSCALE_CONTROLLER_NAMESPACE": "rs", "RUNNERSCALE_LISTENER_IMAGE": "env"},
     )
     assert (opts.controller_namespace, opts.listener_image) == ("rs", "flag")
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "named"),
     [
-        (),
-        ("--controller-namespace", "ns"),
-        ("--listener-image", "img"),
-        ("--controller-namespace", "ns", "--listener-image", "img", "--scale-set-verify-interval", "0"),
+        ((), "--controller-namespace"),
+        (("--controller-namespace", "ns"), "--listener-image"),
+        (("--listener-image", "img"), "--controller-namespace"),
+        (
+            ("--controller-namespace", "ns", "--listener-image", "img", "--scale-set-verify-interval", "0"),
+            "--scale-set-verify-interval",
+        ),
     ],
 )
-def test_missing_or_bad_options_are_errors(argv) -> None:
-    with pytest.raises(OptionsError):
-        options_from_args(parse(*argv), environ={})
+def test_missing_or_bad_options_are_errors(argv, named) -> None:
+    with pytest.raises(SettingsError) as err:
+        load(*argv, environ={})
+    assert err.value.setting.endswith(named)
 
 
 def test_main_exits_2_on_bad_options(monkeypatch, capsys) -> None:

@@ -176,7 +176,7 @@ def test_runner_metadata_change_is_not_a_revision() -> None:
     assert plan.new_revision is None
 
 
-# --- the Outdated guard (seed 002) ----------------------------------------------------------------
+# --- the Outdated guard ----------------------------------------------------------------
 
 
 def ers_state(phase: str, spec_revision: int, applied: int) -> EphemeralRunnerSet:
@@ -291,7 +291,7 @@ def test_spec_problems() -> None:
     assert "githubConfigSecret" in decide.problems_message(decide.spec_problems(bad))
 
 
-# --- status (seed 000/001) -------------------------------------------------------------------------
+# --- status -------------------------------------------------------------------------
 
 
 def test_status_is_pending_until_the_generation_is_acted_upon() -> None:

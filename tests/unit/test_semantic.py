@@ -125,7 +125,7 @@ def test_server_defaulted_live_pod_is_not_drift(desired_pod: dict, live_pod: dic
 
 
 def test_guard_server_defaulted_live_pod_is_unequal_under_strict_comparisons(desired_pod: dict, live_pod: dict) -> None:
-    # Guard (seed 000): tightening the listener comparison to equality must make a test fail, because
+    # Guard: tightening the listener comparison to equality must make a test fail, because
     # equality here means deleting and recreating every healthy listener on every reconcile.
     assert desired_pod != live_pod
     assert desired_pod["spec"] != live_pod["spec"]

@@ -8,13 +8,13 @@ import pytest
 
 from shared.api import ProxyConfig, ProxyServerConfig
 from shared.bus import DesiredState, JobStarted, ResourceChanged, ResourceRef, RevisionPublished
+from shared.http import parse_listen_addr
 from shared.kube import ObjectKey
 from shared.worker import (
     SettingsError,
     add_worker_arguments,
     default_key_of,
     load_worker_settings,
-    parse_listen_addr,
     proxy_url_for,
 )
 
@@ -61,6 +61,7 @@ def test_defaults_env_and_flags():
         (["--kube-url", "ftp://x"], "RUNNERSCALE_KUBE_URL"),
         (["--actions-timeout", "-1"], "RUNNERSCALE_ACTIONS_TIMEOUT"),
         (["--nats-url", "http://x"], "RUNNERSCALE_NATS_URL"),
+        (["--reconcile-timeout", "0"], "RUNNERSCALE_RECONCILE_TIMEOUT"),
     ],
 )
 def test_bad_settings_name_the_setting(argv, env_name):

@@ -1,11 +1,7 @@
-"""Pure decisions of the listener-pod worker: the objects an AutoscalingListener should own, and
-whether what is live has drifted from them.
+"""What an AutoscalingListener should own, built from it (pure functions): the service account,
+role, role binding, listener config Secret and listener pod.
 
-Nothing here does I/O. The async shell (``reconciler.py``) reads the inputs (the AL, its ARS,
-the GitHub secret, proxy credential secrets, the TLS ConfigMap, the live objects), calls these
-functions, and writes what they return.
-
-Object layout (ARC ``resourcebuilder.go``, arc-controllers.md §3.1):
+Object layout (ARC ``resourcebuilder.go``):
 
 | object | name | namespace | owner |
 |---|---|---|---|
@@ -17,16 +13,17 @@ Object layout (ARC ``resourcebuilder.go``, arc-controllers.md §3.1):
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import msgspec
 
+from services.listener_pod.decide import ListenerPodSettings, addr_port, enabled_addr
 from shared.api import AutoscalingListener
 from shared.api.constants import (
     ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION,
@@ -41,7 +38,8 @@ from shared.api.constants import (
     LABEL_SCALE_SET_NAMESPACE,
     LISTENER_CONTAINER_NAME,
 )
-from shared.semantic import container_port_counts_differ, first_drift, semantic_derivative, semantic_equal
+from shared.api.names import filter_and_merge_labels, filter_labels
+from shared.bus import BusSettings
 
 Json = dict[str, Any]
 
@@ -53,50 +51,6 @@ CONFIG_VOLUME_NAME = "listener-config"
 #: Annotation that makes the node simulator (services/embedded/node_sim) run the pod as a real subprocess.
 ANNOTATION_NODE_SIM_EXEC = "runnerscale.dev/node-sim-exec"
 DEFAULT_TERMINATION_GRACE_SECONDS = 60
-
-
-# --- settings (from the worker's flags) -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ListenerPodSettings:
-    """What the worker's flags contribute to every listener pod and config."""
-
-    #: Image used when the AL's ``spec.image`` is empty.
-    image: str = "ghcr.io/runnerscale/runnerscale:latest"
-    #: The container command; ``--config <path>`` is appended.
-    command: tuple[str, ...] = ("runnerscale", "listener")
-    #: Listener ``/metrics`` address; ``""`` or ``"0"`` disables (ARC's ``--listener-metrics-addr``).
-    metrics_addr: str = ":8080"
-    metrics_endpoint: str = "/metrics"
-    #: Listener ``/healthz`` + ``/readyz`` address; ``""`` or ``"0"`` disables the probes.
-    health_addr: str = ":8081"
-    log_level: str = "info"
-    #: Label key prefixes never copied from user metadata onto derived objects (ARC's
-    #: ``--exclude-label-propagation-prefix``).
-    exclude_label_prefixes: tuple[str, ...] = ()
-    #: Put ``runnerscale.dev/node-sim-exec: "true"`` on the pod (harmless on a real cluster).
-    node_sim_exec: bool = True
-    #: Liveness/readiness probe timing.
-    probe_period_seconds: int = 10
-    liveness_failure_threshold: int = 6
-    readiness_failure_threshold: int = 3
-
-
-def enabled_addr(addr: str) -> str:
-    """``""`` and ARC's ``"0"`` mean disabled."""
-    addr = (addr or "").strip()
-    return "" if addr in ("", "0") else addr
-
-
-def addr_port(addr: str) -> int:
-    """The port of ``host:port`` / ``:port``; 0 when disabled, unparsable or ephemeral."""
-    addr = enabled_addr(addr)
-    _, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
-        return 0
-    value = int(port)
-    return value if 0 < value <= 65535 else 0
 
 
 # --- names -----------------------------------------------------------------------------------------
@@ -131,26 +85,6 @@ def ars_namespace(al: AutoscalingListener) -> str:
 # --- labels / annotations ---------------------------------------------------------------------------
 
 
-def filter_labels(labels: Mapping[str, str] | None, prefixes: Sequence[str]) -> dict[str, str]:
-    """Drop keys starting with any of ``prefixes`` (plain prefix match, as ARC)."""
-    return {k: v for k, v in (labels or {}).items() if not any(k.startswith(p) for p in prefixes)}
-
-
-def filter_and_merge_labels(
-    base: Mapping[str, str] | None, overwrite: Mapping[str, str] | None, prefixes: Sequence[str]
-) -> dict[str, str]:
-    """ARC's ``filterAndMergeLabels``: both maps filtered, ``overwrite`` wins."""
-    out = filter_labels(base, prefixes)
-    out.update(filter_labels(overwrite, prefixes))
-    return out
-
-
-def merge_annotations(base: Mapping[str, str] | None, overwrite: Mapping[str, str] | None) -> dict[str, str]:
-    out = dict(base or {})
-    out.update(overwrite or {})
-    return out
-
-
 def owner_reference(al: AutoscalingListener) -> Json:
     return {
         "apiVersion": API_VERSION,
@@ -167,21 +101,6 @@ def _scale_set_labels(al: AutoscalingListener) -> dict[str, str]:
         LABEL_SCALE_SET_NAME: al.spec.autoscaling_runner_set_name,
         LABEL_SCALE_SET_NAMESPACE: al.spec.autoscaling_runner_set_namespace,
     }
-
-
-def metadata_patch(
-    desired: Mapping[str, Mapping[str, str]], live_labels: Mapping[str, str], live_annotations: Mapping[str, str]
-) -> Json | None:
-    """A merge patch adding/updating the desired labels and annotations on a live object, or None
-    when the live object already carries them all (a subset check: foreign keys added by admission
-    or users are kept and never cause a patch loop). Desired keys are never removed (ARC merges)."""
-    patch: Json = {}
-    for field_name, live in (("labels", live_labels), ("annotations", live_annotations)):
-        wanted = desired.get(field_name) or {}
-        diff = {k: v for k, v in wanted.items() if live.get(k) != v}
-        if diff:
-            patch[field_name] = diff
-    return {"metadata": patch} if patch else None
 
 
 # --- ServiceAccount, Role, RoleBinding -------------------------------------------------------------
@@ -265,14 +184,6 @@ def desired_role_binding(al: AutoscalingListener, settings: ListenerPodSettings)
     }
 
 
-def rules_differ(desired_rules: list[Json], live_rules: Any) -> bool:
-    return not semantic_equal(desired_rules, msgspec.to_builtins(live_rules))
-
-
-def subjects_differ(desired_subjects: list[Json], live_subjects: Any) -> bool:
-    return not semantic_equal(desired_subjects, msgspec.to_builtins(live_subjects))
-
-
 # --- the listener config -----------------------------------------------------------------------------
 
 
@@ -312,8 +223,8 @@ class BusPassThrough:
     renew_interval_seconds: float | None = None
 
     @classmethod
-    def from_bus_settings(cls, s: Any) -> BusPassThrough:
-        """From a :class:`shared.bus.BusSettings`."""
+    def from_bus_settings(cls, s: BusSettings) -> BusPassThrough:
+        """From this worker's own bus settings."""
         return cls(
             servers=tuple(s.nats_urls),
             credentials_file=s.creds_file,
@@ -440,8 +351,6 @@ def encode_config(cfg: Json) -> bytes:
 
 
 def desired_config_secret(al: AutoscalingListener, config_bytes: bytes, settings: ListenerPodSettings) -> Json:
-    import base64
-
     meta = al.spec.config_secret_metadata
     return {
         "apiVersion": "v1",
@@ -456,17 +365,6 @@ def desired_config_secret(al: AutoscalingListener, config_bytes: bytes, settings
         },
         "data": {CONFIG_FILE_KEY: base64.b64encode(config_bytes).decode()},
     }
-
-
-def config_data_differs(desired_bytes: bytes, live_bytes: bytes | None) -> bool:
-    """True when the live ``config.json`` means something else than the desired one (compared as
-    JSON, so key order or whitespace written by another tool is not a change)."""
-    if live_bytes is None:
-        return True
-    try:
-        return json.loads(live_bytes) != json.loads(desired_bytes)
-    except ValueError:
-        return True
 
 
 # --- the listener pod --------------------------------------------------------------------------------
@@ -630,121 +528,3 @@ def desired_listener_pod(al: AutoscalingListener, settings: ListenerPodSettings,
     """The listener pod: the base pod with the AL's listener template merged in. It carries the
     config Secret's resourceVersion so that a config-only change restarts the listener."""
     return merge_listener_template(base_listener_pod(al, settings, config_resource_version), al.spec.template)
-
-
-# --- drift of the live pod ---------------------------------------------------------------------------
-
-
-def pod_drift(
-    desired: Mapping[str, Any], live_spec: Mapping[str, Any], live_annotations: Mapping[str, str]
-) -> str | None:
-    """Why the live pod must be deleted and recreated, or None when it is what ``desired`` asks for.
-
-    - The config Secret revision: a desired annotation that differs from the live one — including a
-      live pod that has none (a pod started before the annotation existed: seed 004 explains why
-      ignoring an absent live annotation would record a config the listener never read). An empty
-      desired annotation is not compared (nothing to compare against).
-    - The spec, as a *derivative*: every field the desired pod sets must mean the same in the live
-      pod; what the server, admission or scheduler added (nodeName, dnsPolicy, tolerations, the
-      kube-api-access volume and mounts, imagePullPolicy, port protocol ...) is ignored. Strict
-      equality here would delete and recreate a healthy listener on every reconcile.
-    - Container port counts, separately: a port the desired pod stopped setting (metrics turned
-      off) is invisible to the derivative.
-    """
-    want_rv = (
-        (desired.get("metadata") or {}).get("annotations", {}).get(ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION, "")
-    )
-    have_rv = live_annotations.get(ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION, "")
-    if want_rv and want_rv != have_rv:
-        return f"config secret changed (pod started with resourceVersion {have_rv or 'none'}, now {want_rv})"
-    desired_spec = desired.get("spec") or {}
-    if not semantic_derivative(desired_spec, live_spec):
-        return f"pod spec drifted at {first_drift(desired_spec, live_spec) or '$'}"
-    if container_port_counts_differ(desired_spec, live_spec):
-        return "container ports changed"
-    return None
-
-
-def pod_metadata_patch(
-    desired: Mapping[str, Any], live_labels: Mapping[str, str], live_annotations: Mapping[str, str]
-) -> Json | None:
-    """Labels/annotations to merge onto a live pod that is otherwise current. The config revision
-    annotation is excluded on purpose: it may only ever be written by creating the pod, so that it
-    always names a config the running listener actually read."""
-    meta = desired.get("metadata") or {}
-    annotations = {
-        k: v for k, v in (meta.get("annotations") or {}).items() if k != ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION
-    }
-    return metadata_patch(
-        {"labels": meta.get("labels") or {}, "annotations": annotations}, live_labels, live_annotations
-    )
-
-
-# --- the live pod's state ----------------------------------------------------------------------------
-
-
-class PodState(StrEnum):
-    RUNNING = "Running"  # the listener container runs
-    STARTING = "Starting"  # scheduled / pulling / no container status yet
-    TERMINATING = "Terminating"  # deletionTimestamp set: wait for it to go
-    FAILED = "Failed"  # terminated or evicted: delete and recreate (with backoff)
-
-
-@dataclass(frozen=True)
-class PodVerdict:
-    state: PodState
-    reason: str = ""  # for FAILED: evicted | terminated | pod-failed | pod-succeeded
-    detail: str = ""
-
-
-def pod_verdict(pod: Any) -> PodVerdict:
-    """Classify a live pod (a ``shared.kube.objects.Pod``) as ARC's step 12 does, plus phase checks."""
-    if pod.metadata.deletion_timestamp is not None:
-        return PodVerdict(PodState.TERMINATING)
-    status = pod.status
-    if status.reason == "Evicted":
-        return PodVerdict(PodState.FAILED, "evicted", status.message or "the pod was evicted")
-    cs = status.container(LISTENER_CONTAINER_NAME)
-    if cs is not None and cs.state.terminated is not None:
-        t = cs.state.terminated
-        return PodVerdict(
-            PodState.FAILED,
-            "terminated",
-            f"listener container exited with code {t.exit_code}{' (' + t.reason + ')' if t.reason else ''}",
-        )
-    if status.phase == "Failed":
-        return PodVerdict(PodState.FAILED, "pod-failed", status.message or status.reason or "pod phase Failed")
-    if status.phase == "Succeeded":
-        return PodVerdict(PodState.FAILED, "pod-succeeded", "pod phase Succeeded")
-    if cs is not None and cs.state.running is not None:
-        return PodVerdict(PodState.RUNNING)
-    return PodVerdict(PodState.STARTING)
-
-
-# --- restart backoff ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Delay before recreating a listener pod that failed ``failures`` times in a row."""
-
-    base: float = 1.0
-    cap: float = 60.0
-
-    def delay(self, failures: int) -> float:
-        if failures <= 1:
-            return 0.0
-        return min(self.cap, self.base * 2 ** (failures - 2))
-
-
-@dataclass
-class RestartRecord:
-    failures: int = 0
-    last_failure: float = 0.0  # monotonic
-
-
-def next_create_at(record: RestartRecord | None, backoff: Backoff) -> float:
-    """Monotonic time before which the pod must not be created again (0: now)."""
-    if record is None or record.failures == 0:
-        return 0.0
-    return record.last_failure + backoff.delay(record.failures)

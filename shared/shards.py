@@ -1,0 +1,100 @@
+"""Shard ownership, the part both lease backends share (README "Shard ownership leases").
+
+Resource keys (``namespace/name``) hash to shards; each shard is leased by one replica of a
+worker group. The backends — Kubernetes Leases (:mod:`shared.kube.leases`, the default) and
+NATS KV (:mod:`shared.bus.leases`) — differ only in where the lease lives; the hashing, the fair
+share, the claim plan, the change notification, the error a lost lease raises and the metrics
+are defined here once, so neither backend depends on the other.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from prometheus_client import Counter, Gauge
+
+__all__ = [
+    "LEASE_CHANGES",
+    "SHARDS_OWNED",
+    "ChangeCallback",
+    "NotOwner",
+    "ShardChange",
+    "fair_share",
+    "plan_claims",
+    "preference_order",
+    "resource_key",
+    "shard_of",
+]
+
+
+class NotOwner(Exception):
+    """This replica does not (or no longer) hold the lease for a key it was about to act on.
+
+    Not a transport error of either backend: losing a lease is an ownership fact, whether the
+    lease lived in Kubernetes or in NATS.
+    """
+
+    def __init__(self, key: str, shard: int | None = None) -> None:
+        self.key = key
+        self.shard = shard
+        where = f" (shard {shard})" if shard is not None else ""
+        super().__init__(f"not the owner of {key}{where}")
+
+
+@dataclass(frozen=True)
+class ShardChange:
+    gained: frozenset[int]
+    lost: frozenset[int]
+
+
+ChangeCallback = Callable[[ShardChange], Awaitable[None] | None]
+
+
+def resource_key(namespace: str, name: str) -> str:
+    """The key a resource is sharded on."""
+    return f"{namespace}/{name}"
+
+
+def shard_of(key: str, shards: int) -> int:
+    """Stable shard of a key: CRC-32 of its UTF-8 bytes (never Python's per-process ``hash()``)."""
+    if shards < 1:
+        raise ValueError("shards must be >= 1")
+    return zlib.crc32(key.encode("utf-8")) % shards
+
+
+def fair_share(shards: int, members: int) -> int:
+    """How many shards one replica may hold: ceil(shards / live replicas)."""
+    return math.ceil(shards / max(1, members))
+
+
+def preference_order(replica_id: str, shards: int) -> list[int]:
+    """A replica's stable order of preference over shards (rendezvous hashing).
+
+    Different replicas prefer different shards, so after a membership change most shards stay
+    where they are and claims rarely collide.
+    """
+    return sorted(range(shards), key=lambda s: zlib.crc32(f"{replica_id}/{s}".encode()))
+
+
+def plan_claims(held: set[int], shards: int, members: int, preference: list[int]) -> tuple[list[int], list[int]]:
+    """(shards to try to claim, shards to release) so this replica moves toward its fair share."""
+    share = fair_share(shards, members)
+    if len(held) > share:
+        # Give back the ones we like least.
+        extra = len(held) - share
+        return [], [s for s in reversed(preference) if s in held][:extra]
+    if len(held) == share:
+        return [], []
+    return [s for s in preference if s not in held], []
+
+
+# The names keep their historical ``bus`` prefix: dashboards and alerts already use them.
+SHARDS_OWNED = Gauge("runnerscale_bus_shards_owned", "Shards this replica holds a lease on", ["group"])
+LEASE_CHANGES = Counter(
+    "runnerscale_bus_lease_changes_total",
+    "Leases gained or lost",
+    ["lease", "change"],  # change: gained | lost | released
+)
