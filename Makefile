@@ -15,8 +15,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## Run the whole test suite (unit, conformance, contract, bus, scenario, end to end).
+## Run the whole test suite: lint, format, layer contracts and types first (fast fail), then
+## pytest (unit, conformance, contract, bus, scenario, end to end). The doubles in services/embedded
+## and tests/ join the ruff check and mypy gates later (pyproject.toml says why).
 test: $(STAMP)
+	$(BIN)/ruff check shared services --extend-exclude services/embedded
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## Run the embedded default: everything local, a demo workload scaling runners up and down.

@@ -148,7 +148,8 @@ class RecordingProxy:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
         self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
         task_status.started()
-        await listener.serve(self._connection)
+        async with listener:  # closed when the serving task is cancelled
+            await listener.serve(self._connection)
 
     async def _connection(self, client: anyio.abc.SocketStream) -> None:
         async with client:

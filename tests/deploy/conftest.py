@@ -147,6 +147,8 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 # --- a discovery-only API stub ---------------------------------------------------------------------

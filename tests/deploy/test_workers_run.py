@@ -99,3 +99,5 @@ def test_worker_runs_as_deployed(worker: str, emulator, nats_url: str, tmp_path)
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()

@@ -190,3 +190,5 @@ async def test_cli_runs_and_sigterm_deletes_the_session(actions_sim, scale_set, 
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()

@@ -47,4 +47,4 @@ async def test_cli_runs_pods_and_stops_on_sigterm(kube_api: Any, namespace: str,
     finally:
         if proc.returncode is None:
             proc.kill()
-            await proc.wait()
+        await proc.aclose()

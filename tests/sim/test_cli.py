@@ -65,6 +65,9 @@ def test_cli_serves_seeded_orgs_and_stops_on_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def test_cli_rejects_a_bad_seed_file(tmp_path: Path) -> None:
