@@ -17,6 +17,14 @@ async def wait_gone(http: Http, path: str, timeout: float = 10) -> None:
             await anyio.sleep(0.02)  # polling a condition under a deadline
 
 
+async def wait_found(http: Http, path: str, timeout: float = 30) -> None:
+    with anyio.fail_after(timeout):
+        while True:
+            if (await http.get(path))[0] == 200:
+                return
+            await anyio.sleep(0.02)  # polling a condition under a deadline
+
+
 def ref(owner: dict, block: bool = False) -> dict:
     r = {
         "apiVersion": owner["apiVersion"],
@@ -169,14 +177,16 @@ async def test_reference_with_wrong_uid_is_collected(http: Http, namespace: str)
 async def test_namespace_deletion(http: Http, namespace: str) -> None:
     ns = namespace + "-del"
     await http.create("/api/v1/namespaces", {"metadata": {"name": ns}})
-    status, sa = await http.get(core(ns, "serviceaccounts", "default"))
-    assert status == 200
+    # Controllers add the default ServiceAccount and the root CA ConfigMap shortly after.
+    await wait_found(http, core(ns, "serviceaccounts", "default"))
+    await wait_found(http, core(ns, "configmaps", "kube-root-ca.crt"))
     body = widget("w")
     body["metadata"]["finalizers"] = [HOLD]
     await http.create(widgets(ns), body)
     await http.create(core(ns, "configmaps"), {"metadata": {"name": "c"}})
     status, marked = await http.delete(f"/api/v1/namespaces/{ns}")
     assert status == 200 and marked["status"]["phase"] == "Terminating"
+    assert marked["metadata"]["deletionTimestamp"] and "deletionGracePeriodSeconds" not in marked["metadata"]
     status, err = await http.post(core(ns, "configmaps"), {"metadata": {"name": "late"}})
     assert status == 403 and err["reason"] == "Forbidden"
     assert (
@@ -190,10 +200,11 @@ async def test_namespace_deletion(http: Http, namespace: str) -> None:
             "field": "metadata.namespace",
         }
     ]
-    await wait_gone(http, core(ns, "configmaps", "c"))
+    # The namespace controller takes seconds on a real cluster.
+    await wait_gone(http, core(ns, "configmaps", "c"), timeout=60)
     assert (await http.get(f"/api/v1/namespaces/{ns}"))[0] == 200  # held by the widget's finalizer
     await http.patch(widgets(ns, "w"), {"metadata": {"finalizers": None}})
-    await wait_gone(http, f"/api/v1/namespaces/{ns}")
+    await wait_gone(http, f"/api/v1/namespaces/{ns}", timeout=60)
 
 
 async def test_default_namespace_cannot_be_deleted(http: Http) -> None:
