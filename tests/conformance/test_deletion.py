@@ -70,6 +70,16 @@ async def test_delete_with_finalizer_marks_then_removal_deletes(http: Http, name
         widgets(namespace, "f"), {"metadata": {"finalizers": [HOLD, "test.runnerscale.dev/new"]}}
     )
     assert status == 422 and err["details"]["causes"][0]["reason"] == "FieldValueForbidden"
+    # A custom resource gets the same cause twice (two metadata checks run), the message once.
+    assert len(err["details"]["causes"]) == 2 and err["details"]["causes"][0] == err["details"]["causes"][1]
+    assert err["message"].count("no new finalizers") == 1
+    await http.create(core(namespace, "configmaps"), {"metadata": {"name": "f", "finalizers": [HOLD]}})
+    await http.delete(core(namespace, "configmaps", "f"))
+    status, cm_err = await http.patch(
+        core(namespace, "configmaps", "f"), {"metadata": {"finalizers": [HOLD, "test.runnerscale.dev/new"]}}
+    )
+    await http.patch(core(namespace, "configmaps", "f"), {"metadata": {"finalizers": None}})
+    assert status == 422 and len(cm_err["details"]["causes"]) == 1  # built-ins list it once
     assert (
         'no new finalizers can be added if the object is being deleted, found new finalizers []string{"test.runnerscale.dev/new"}'
         in err["message"]
@@ -202,7 +212,21 @@ async def test_namespace_deletion(http: Http, namespace: str) -> None:
     ]
     # The namespace controller takes seconds on a real cluster.
     await wait_gone(http, core(ns, "configmaps", "c"), timeout=60)
-    assert (await http.get(f"/api/v1/namespaces/{ns}"))[0] == 200  # held by the widget's finalizer
+    # Held by the widget's finalizer: the namespace controller says so in its conditions.
+    held_by_widget = f"Some resources are remaining: widgets.{GROUP} has 1 resource instances"
+    with anyio.fail_after(60):
+        while True:
+            status, held = await http.get(f"/api/v1/namespaces/{ns}")
+            assert status == 200
+            conditions = {c["type"]: c for c in held["status"].get("conditions") or []}
+            if conditions.get("NamespaceContentRemaining", {}).get("message") == held_by_widget:
+                break
+            await anyio.sleep(0.05)  # polling a condition under a deadline
+    assert conditions["NamespaceContentRemaining"]["status"] == "True"
+    assert conditions["NamespaceFinalizersRemaining"]["message"] == (
+        f"Some content in the namespace has finalizers remaining: {HOLD} in 1 resource instances"
+    )
+    assert conditions["NamespaceDeletionContentFailure"]["status"] == "False"
     await http.patch(widgets(ns, "w"), {"metadata": {"finalizers": None}})
     await wait_gone(http, f"/api/v1/namespaces/{ns}", timeout=60)
 

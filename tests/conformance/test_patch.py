@@ -186,6 +186,12 @@ async def test_smp_on_pod_uses_merge_keys(http: Http, namespace: str) -> None:
         smp,
     )
     assert status == 422 and "pod updates may not change fields" in body["message"]
+    status, body = await http.patch(
+        core(namespace, "pods", "p"), {"spec": {"containers": [{"name": "z", "image": "x"}]}}, smp
+    )
+    assert status == 422 and body["message"] == (
+        'Pod "p" is invalid: spec.containers: Forbidden: pod updates may not add or remove containers'
+    )
 
 
 async def test_smp_tolerations_are_replaced(http: Http, namespace: str) -> None:

@@ -329,6 +329,10 @@ def pod_spec_update_causes(old_spec: Obj, new_spec: Obj) -> list[Cause]:
                 ]
         return s
 
+    if len(old_spec.get("containers") or []) != len(new_spec.get("containers") or []):
+        return [
+            Cause("FieldValueForbidden", "Forbidden: pod updates may not add or remove containers", "spec.containers")
+        ]
     # nodeName is set once through the pods/binding subresource, never by an update.
     old_m, new_m = masked(old_spec), masked(new_spec)
     if old_m == new_m:

@@ -1074,6 +1074,75 @@ class Api:
         self._replace(rt.key, new)
         return WriteResult(new)
 
+    def report_namespace_deletion(self, name: str, remaining: list[tuple[str, Obj]]) -> None:
+        """The namespace controller's status conditions on a Terminating namespace: what content
+        and which finalizers still hold it."""
+        ns = self.store.get("/namespaces", "", name)
+        if ns is None:
+            return
+        by_resource: dict[str, int] = {}
+        by_finalizer: dict[str, int] = {}
+        for key, obj in remaining:
+            group, _, plural = key.partition("/")
+            by_resource[f"{plural}.{group}"] = by_resource.get(f"{plural}.{group}", 0) + 1
+            for f in obj["metadata"].get("finalizers") or []:
+                by_finalizer[f] = by_finalizer.get(f, 0) + 1
+        content = sorted(f"{r} has {n} resource instances" for r, n in by_resource.items())
+        held = sorted(f"{f} in {n} resource instances" for f, n in by_finalizer.items())
+        wanted = [
+            (
+                "NamespaceDeletionDiscoveryFailure",
+                "False",
+                "ResourcesDiscovered",
+                "All resources successfully discovered",
+            ),
+            (
+                "NamespaceDeletionGroupVersionParsingFailure",
+                "False",
+                "ParsedGroupVersions",
+                "All legacy kube types successfully parsed",
+            ),
+            (
+                "NamespaceDeletionContentFailure",
+                "False",
+                "ContentDeleted",
+                "All content successfully deleted, may be waiting on finalization",
+            ),
+            (
+                "NamespaceContentRemaining",
+                "True",
+                "SomeResourcesRemain",
+                "Some resources are remaining: " + ", ".join(content),
+            )
+            if content
+            else ("NamespaceContentRemaining", "False", "ContentRemoved", "All content successfully removed"),
+            (
+                "NamespaceFinalizersRemaining",
+                "True",
+                "SomeFinalizersRemain",
+                "Some content in the namespace has finalizers remaining: " + ", ".join(held),
+            )
+            if held
+            else (
+                "NamespaceFinalizersRemaining",
+                "False",
+                "ContentHasNoFinalizers",
+                "All content-preserving finalizers finished",
+            ),
+        ]
+        before = {c.get("type"): c for c in (ns.get("status") or {}).get("conditions") or []}
+        conditions = []
+        for ctype, status, reason, message in wanted:
+            old = before.get(ctype) or {}
+            since = old.get("lastTransitionTime") if old.get("status") == status else now_rfc3339()
+            conditions.append(
+                {"type": ctype, "status": status, "lastTransitionTime": since, "reason": reason, "message": message}
+            )
+        if conditions != (ns.get("status") or {}).get("conditions"):
+            new = clone(ns)
+            new.setdefault("status", {})["conditions"] = conditions
+            self.store.replace("/namespaces", new)
+
     def finish_namespace(self, name: str) -> None:
         """The namespace controller's last step: the namespace is empty, remove it."""
         ns = self.store.get("/namespaces", "", name)

@@ -144,7 +144,9 @@ class Controllers:
                     or (o["metadata"].get("deletionGracePeriodSeconds") or 0) > 0
                 ):
                     self._delete(k, o)
-            if not any(o["metadata"].get("namespace") == nm["name"] for _, o in store.all_objects()):
+            left = [(k, o) for k, o in store.all_objects() if o["metadata"].get("namespace") == nm["name"]]
+            self.api.report_namespace_deletion(nm["name"], left)
+            if not left:
                 self.api.finish_namespace(nm["name"])
 
         for key, owner in everything:
