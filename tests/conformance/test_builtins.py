@@ -11,6 +11,15 @@ from .conftest import Http, core
 
 pytestmark = pytest.mark.anyio
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+# An events.k8s.io/v1 Event with every field that API requires, except metadata and "regarding".
+EVENTS_V1_EVENT = {
+    "eventTime": "2026-01-01T00:00:00.000000Z",
+    "reason": "R",
+    "action": "A",
+    "reportingController": "x",
+    "reportingInstance": "y",
+    "type": "Normal",
+}
 
 
 async def test_pod_admission_and_defaults(http: Http, namespace: str) -> None:
@@ -142,14 +151,9 @@ async def test_events_rbac_and_service_accounts(kube_client, namespace: str) -> 
     e2 = await events_api.create_namespaced_event(
         namespace,
         {
+            **EVENTS_V1_EVENT,
             "metadata": {"name": "e2"},
             "regarding": {"kind": "Pod", "name": "p", "namespace": namespace},
-            "eventTime": "2026-01-01T00:00:00.000000Z",
-            "reason": "R",
-            "action": "A",
-            "reportingController": "x",
-            "reportingInstance": "y",
-            "type": "Normal",
         },
     )
     assert e2.metadata.name == "e2"
@@ -188,9 +192,20 @@ async def test_pod_binding_sets_node_once(http: Http, namespace: str) -> None:
         "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
     }
     status, body = await http.post(core(namespace, "pods", "b", "binding"), binding)
-    assert status == 201 and body["status"] == "Success"
+    assert status == 201 and body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": 201,
+    }
     _, pod = await http.get(core(namespace, "pods", "b"))
-    assert pod["spec"]["nodeName"] == "node-a"
+    assert pod["spec"]["nodeName"] == "node-a" and pod["metadata"]["generation"] == 1
+    # The binding also records the scheduling.
+    assert list(pod["status"]) == ["phase", "conditions", "qosClass"]
+    [cond] = pod["status"]["conditions"]
+    assert cond["type"] == "PodScheduled" and cond["status"] == "True" and cond["lastProbeTime"] is None
+    assert cond["lastTransitionTime"].endswith("Z")
     status, body = await http.post(core(namespace, "pods", "b", "binding"), binding)
     assert status == 409 and 'already assigned to node "node-a"' in body["message"]
 
@@ -241,15 +256,7 @@ async def test_event_validation(http: Http, namespace: str) -> None:
         "message": 'Invalid value: "": does not match event.namespace',
         "field": "involvedObject.namespace",
     }
-    event = {
-        "metadata": {"name": "e"},
-        "eventTime": "2026-01-01T00:00:00.000000Z",
-        "reason": "R",
-        "action": "A",
-        "reportingController": "x",
-        "reportingInstance": "y",
-        "type": "Normal",
-    }
+    event = {**EVENTS_V1_EVENT, "metadata": {"name": "e"}}
     path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
     status, body = await http.post(path, event)  # no "regarding"
     assert (
@@ -281,35 +288,6 @@ async def test_event_validation(http: Http, namespace: str) -> None:
     assert status == 422 and body["details"]["causes"] == [mismatch]
     status, _ = await http.post(core("default", "events"), {**core_event, "metadata": {"generateName": "c."}})
     assert status == 201  # an event about a cluster-scoped object lives in "default"
-
-
-async def test_pod_binding_sets_scheduled_condition(http: Http, namespace: str) -> None:
-    await http.create(
-        core(namespace, "pods"),
-        {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
-    )
-    binding = {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {"name": "b"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
-    }
-    status, body = await http.post(core(namespace, "pods", "b", "binding"), binding)
-    assert status == 201 and body == {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Success",
-        "code": 201,
-    }
-    _, pod = await http.get(core(namespace, "pods", "b"))
-    assert pod["spec"]["nodeName"] == "n1" and pod["metadata"]["generation"] == 1
-    assert list(pod["status"]) == ["phase", "conditions", "qosClass"]
-    [cond] = pod["status"]["conditions"]
-    assert cond["type"] == "PodScheduled" and cond["status"] == "True" and cond["lastProbeTime"] is None
-    assert cond["lastTransitionTime"].endswith("Z")
-    status, body = await http.post(core(namespace, "pods", "b", "binding"), binding)
-    assert status == 409
 
 
 async def test_lease_times_are_micro_time(kube_client, http: Http, namespace: str) -> None:

@@ -151,6 +151,53 @@ async def test_crd_created_at_runtime_is_served_and_removed(http: Http, namespac
         await http.delete(f"{crds}/{name}")
 
 
+async def test_crd_names_in_use_are_not_accepted(http: Http, namespace: str) -> None:
+    group = f"{namespace.replace('-', '')}.conflict.runnerscale.dev"
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+    def crd(plural: str) -> dict:
+        return {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {
+                "group": group,
+                "names": {"kind": "Thing", "plural": plural},
+                "scope": "Namespaced",
+                "versions": [
+                    {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {"type": "object"}}}
+                ],
+            },
+        }
+
+    try:
+        await http.create(crds, crd("thingas"))
+        await _until("first established", lambda: _established(http, f"{crds}/thingas.{group}"))
+        await http.create(crds, crd("thingbs"))  # the same kind in the same group
+        rejected = await _until("names refused", lambda: _names_refused(http, f"{crds}/thingbs.{group}"))
+        # Singular, kind and list kind all clash; the last one is reported.
+        names = rejected["conditions"]
+        assert names[0] == {**names[0], "type": "NamesAccepted", "status": "False", "reason": "ListKindConflict"}
+        assert names[0]["message"] == '"ThingList" is already in use'
+        assert names[1] == {**names[1], "type": "Established", "status": "False", "reason": "NotAccepted"}
+        assert rejected["acceptedNames"] == {"plural": "thingbs", "kind": ""}
+        assert (await http.get(f"/apis/{group}/v1/namespaces/{namespace}/thingbs"))[0] == 404
+    finally:
+        for plural in ("thingas", "thingbs"):
+            await http.delete(f"{crds}/{plural}.{group}")
+
+
+async def _established(http: Http, path: str) -> bool:
+    _, got = await http.get(path)
+    return any(c["type"] == "Established" and c["status"] == "True" for c in got["status"].get("conditions") or [])
+
+
+async def _names_refused(http: Http, path: str) -> dict | None:
+    _, got = await http.get(path)
+    conds = got["status"].get("conditions") or []
+    return got["status"] if any(c["type"] == "NamesAccepted" and c["status"] == "False" for c in conds) else None
+
+
 async def _status_is(http: Http, path: str, code: int) -> bool:
     return (await http.get(path))[0] == code
 

@@ -18,7 +18,7 @@ from shared.kube.names import (
     mask_trailing_dash,
 )
 
-from .errors import ApiError, Cause, forbidden, invalid, invalid_value
+from .errors import ApiError, Cause, forbidden, invalid, invalid_value, json_kind
 
 Obj = dict[str, Any]
 
@@ -577,7 +577,7 @@ def decode_check(group: str, kind: str, obj: Obj) -> None:
             continue
         if not isinstance(value, str):
             raise DecodeError(
-                f"json: cannot unmarshal {_json_kind(value)} into Go struct field {owner}.{path} of type string"
+                f"json: cannot unmarshal {json_kind(value)} into Go struct field {owner}.{path} of type string"
             )
         try:
             go_parse_time(value, micro=what == "micro")
@@ -590,24 +590,12 @@ def _check_str_map(value: Any, where: str) -> None:
         return
     for v in value.values():
         if v is not None and not isinstance(v, str):
-            kind = _json_kind(v)
+            kind = json_kind(v)
             go_type = "int64" if isinstance(v, int) and not isinstance(v, bool) else _GO_TYPES.get(kind, kind)
             raise DecodeError(
                 f"json: cannot unmarshal {kind} into Go struct field {where} of type string",
                 f"cannot convert {go_type} to string",
             )
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "string"
 
 
 # --- leases --------------------------------------------------------------------------------

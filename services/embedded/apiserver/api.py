@@ -355,7 +355,7 @@ class Api:
             return False
         spec = crd["spec"]
         names = dict(spec.get("names") or {})
-        conflict = self._crd_name_conflict(name, spec.get("group", ""), names)
+        conflict, accepted = self._crd_names(name, spec.get("group", ""), names)
         if conflict is not None and any(
             c.get("type") == "NamesAccepted" and c.get("reason") == conflict[0] for c in conditions
         ):
@@ -364,6 +364,7 @@ class Api:
         new = clone(crd)
         status = new.setdefault("status", {})
         if conflict is not None:
+            status["acceptedNames"] = accepted
             status["conditions"] = [
                 {
                     "type": "NamesAccepted",
@@ -406,13 +407,13 @@ class Api:
     def _serve_crd(self, crd: Obj) -> None:
         self.registry.remove_crd(crd["metadata"]["name"])
         for t in types_from_crd(crd):
-            if not any(o.key == t.key for o in self.registry.all()):
+            if t.key not in self.store.windows:  # first served now: its watch history starts here
                 self.store.open_window(t.key)
             self.registry.add(t)
 
-    def _crd_name_conflict(self, name: str, group: str, names: Obj) -> tuple[str, str] | None:
-        """The naming controller's check against the accepted names of the group's other CRDs;
-        the last conflicting name wins, as there."""
+    def _crd_names(self, name: str, group: str, names: Obj) -> tuple[tuple[str, str] | None, Obj]:
+        """The naming controller: ``(conflict, accepted names)`` against the accepted names of the
+        group's other CRDs. Names in use elsewhere are not accepted; the last conflict is reported."""
         taken_resources: set[str] = set()
         taken_kinds: set[str] = set()
         for other in self.store.items("apiextensions.k8s.io/customresourcedefinitions"):
@@ -424,21 +425,31 @@ class Api:
             taken_kinds |= {accepted.get("kind", ""), accepted.get("listKind", "")}
         taken_resources.discard("")
         taken_kinds.discard("")
-        found = None
-        for value, pool, reason in (
-            (names.get("plural"), taken_resources, "PluralConflict"),
-            (names.get("singular"), taken_resources, "SingularConflict"),
-            (
-                next((s for s in names.get("shortNames") or [] if s in taken_resources), None),
-                taken_resources,
-                "ShortNamesConflict",
-            ),
-            (names.get("kind"), taken_kinds, "KindConflict"),
-            (names.get("listKind"), taken_kinds, "ListKindConflict"),
+        conflict = None
+        accepted: Obj = {"plural": "", "kind": ""}
+        for which, pool, reason in (
+            ("plural", taken_resources, "PluralConflict"),
+            ("singular", taken_resources, "SingularConflict"),
+            ("shortNames", taken_resources, "ShortNamesConflict"),
+            ("kind", taken_kinds, "KindConflict"),
+            ("listKind", taken_kinds, "ListKindConflict"),
+            ("categories", set(), ""),
         ):
-            if value and value in pool:
-                found = (reason, f'"{value}" is already in use')
-        return found
+            value = names.get(which)
+            if not value:
+                continue
+            clash = (
+                next((v for v in value if v in pool), None)
+                if isinstance(value, list)
+                else value
+                if value in pool
+                else None
+            )
+            if clash is None:
+                accepted[which] = value
+            else:
+                conflict = (reason, f'"{clash}" is already in use')
+        return conflict, accepted
 
     def clean_up_crd(self, name: str) -> bool:
         """The CRD finalizer controller: delete a terminating CRD's objects, then release it."""
