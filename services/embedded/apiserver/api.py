@@ -639,10 +639,10 @@ class Api:
             raise err
         if ctype == APPLY_PATCH:
             return self._apply(rt, namespace, name, raw, subresource, field_validation, field_manager)
-        why = errors.go_json_error(raw, "")
-        if why is not None and not why.startswith("json: cannot unmarshal"):
-            raise errors.bad_request("invalid JSON patch")
-        doc = msgspec.json.decode(raw)
+        try:
+            doc = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            raise errors.bad_request("invalid JSON patch") from None
         if ctype == JSON_PATCH:
             if doc is None:
                 ops: list[dict[str, Any]] = []

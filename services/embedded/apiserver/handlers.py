@@ -102,10 +102,15 @@ def error_response(err: ApiError) -> web.Response:
 def _decode_body(raw: bytes, content_type: str, kind: str = "") -> Any:
     ctype = content_type.split(";", maxsplit=1)[0].strip().lower()
     if ctype in ("application/json", ""):  # no Content-Type is taken as JSON
-        why = errors.go_json_error(raw, _TYPE_SNIFF)
-        if why is not None:
+        try:
+            body = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            why = errors.go_json_error(raw, _TYPE_SNIFF) or "unexpected end of JSON input"
+            raise errors.unrecognized_object(kind, f"couldn't get version/kind; json parse error: {why}", raw) from None
+        if body is not None and not isinstance(body, dict):
+            why = f"json: cannot unmarshal {errors.json_kind(body)} into Go value of type {_TYPE_SNIFF}"
             raise errors.unrecognized_object(kind, f"couldn't get version/kind; json parse error: {why}", raw)
-        return msgspec.json.decode(raw)
+        return body
     if ctype == PROTOBUF:
         try:
             return protobuf.decode_object(raw)
