@@ -11,6 +11,15 @@ from .conftest import Http, core
 
 pytestmark = pytest.mark.anyio
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+# An events.k8s.io/v1 Event with every field that API requires, except metadata and "regarding".
+EVENTS_V1_EVENT = {
+    "eventTime": "2026-01-01T00:00:00.000000Z",
+    "reason": "R",
+    "action": "A",
+    "reportingController": "x",
+    "reportingInstance": "y",
+    "type": "Normal",
+}
 
 
 async def test_pod_admission_and_defaults(http: Http, namespace: str) -> None:
@@ -142,13 +151,9 @@ async def test_events_rbac_and_service_accounts(kube_client, namespace: str) -> 
     e2 = await events_api.create_namespaced_event(
         namespace,
         {
+            **EVENTS_V1_EVENT,
             "metadata": {"name": "e2"},
-            "eventTime": "2026-01-01T00:00:00.000000Z",
-            "reason": "R",
-            "action": "A",
-            "reportingController": "x",
-            "reportingInstance": "y",
-            "type": "Normal",
+            "regarding": {"kind": "Pod", "name": "p", "namespace": namespace},
         },
     )
     assert e2.metadata.name == "e2"
@@ -187,9 +192,20 @@ async def test_pod_binding_sets_node_once(http: Http, namespace: str) -> None:
         "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
     }
     status, body = await http.post(core(namespace, "pods", "b", "binding"), binding)
-    assert status == 201 and body["status"] == "Success"
+    assert status == 201 and body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": 201,
+    }
     _, pod = await http.get(core(namespace, "pods", "b"))
-    assert pod["spec"]["nodeName"] == "node-a"
+    assert pod["spec"]["nodeName"] == "node-a" and pod["metadata"]["generation"] == 1
+    # The binding also records the scheduling.
+    assert list(pod["status"]) == ["phase", "conditions", "qosClass"]
+    [cond] = pod["status"]["conditions"]
+    assert cond["type"] == "PodScheduled" and cond["status"] == "True" and cond["lastProbeTime"] is None
+    assert cond["lastTransitionTime"].endswith("Z")
     status, body = await http.post(core(namespace, "pods", "b", "binding"), binding)
     assert status == 409 and 'already assigned to node "node-a"' in body["message"]
 
@@ -234,6 +250,46 @@ async def test_builtin_unknown_fields_are_pruned(kube_api, namespace: str) -> No
             assert resp.status == 400 and 'strict decoding error: unknown field "datta"' in body["message"]
 
 
+async def test_event_validation(http: Http, namespace: str) -> None:
+    mismatch = {
+        "reason": "FieldValueInvalid",
+        "message": 'Invalid value: "": does not match event.namespace',
+        "field": "involvedObject.namespace",
+    }
+    event = {**EVENTS_V1_EVENT, "metadata": {"name": "e"}}
+    path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+    status, body = await http.post(path, event)  # no "regarding"
+    assert (
+        status == 422
+        and body["message"]
+        == 'Event "e" is invalid: involvedObject.namespace: Invalid value: "": does not match event.namespace'
+    )
+    assert body["details"] == {"name": "e", "kind": "Event", "causes": [mismatch]}
+    status, body = await http.post(
+        path, {**event, "regarding": {"kind": "Pod", "name": "p", "namespace": namespace}, "eventTime": None}
+    )
+    assert status == 422 and body["details"]["causes"] == [
+        {"reason": "FieldValueRequired", "message": "Required value", "field": "eventTime"}
+    ]
+    status, body = await http.post(
+        path, {**event, "regarding": {"kind": "Pod", "name": "p"}, "eventTime": "2026-01-01T00:00:00Z"}
+    )
+    assert status == 400 and body["message"] == (
+        'Event in version "v1" cannot be handled as a Event: parsing time "2026-01-01T00:00:00Z" as '
+        '"2006-01-02T15:04:05.000000Z07:00": cannot parse "Z" as ".000000"'
+    )
+    core_event = {
+        "metadata": {"name": "c"},
+        "involvedObject": {"kind": "Pod", "name": "p"},
+        "reason": "R",
+        "type": "Normal",
+    }
+    status, body = await http.post(core(namespace, "events"), core_event)
+    assert status == 422 and body["details"]["causes"] == [mismatch]
+    status, _ = await http.post(core("default", "events"), {**core_event, "metadata": {"generateName": "c."}})
+    assert status == 201  # an event about a cluster-scoped object lives in "default"
+
+
 async def test_lease_times_are_micro_time(kube_client, http: Http, namespace: str) -> None:
     from datetime import UTC, datetime
 
@@ -248,10 +304,37 @@ async def test_lease_times_are_micro_time(kube_client, http: Http, namespace: st
     assert raw["spec"]["renewTime"] == "2026-11-29T12:00:00.123456Z"
     read = await api.read_namespaced_lease("t", namespace)
     assert read.spec.renew_time == now
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    layout = "2006-01-02T15:04:05.000000Z07:00"
+    # A patched object the decoder refuses is a 422 on the field "patch".
+    status, body = await http.patch(f"{leases}/t", {"spec": {"renewTime": "yesterday"}})
+    assert status == 422 and body["reason"] == "Invalid"
+    assert body["message"].startswith(' "" is invalid: patch: Invalid value: "{')
+    assert body["message"].endswith(f': parsing time "yesterday" as "{layout}": cannot parse "yesterday" as "2006"')
+    [cause] = body["details"]["causes"]
+    assert cause["field"] == "patch" and cause["reason"] == "FieldValueInvalid"
+    # MicroTime needs exactly six fraction digits.
     status, body = await http.patch(
-        f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/t", {"spec": {"renewTime": "yesterday"}}
+        f"{leases}/t", {"spec": {"renewTime": "2026-11-29T12:00:00Z"}}, "application/strategic-merge-patch+json"
     )
-    assert status == 400 and "cannot be handled as a Lease" in body["message"]
+    assert status == 422 and body["message"] == (
+        ' "" is invalid: patch: Invalid value: "map[spec:map[renewTime:2026-11-29T12:00:00Z]]": '
+        f'parsing time "2026-11-29T12:00:00Z" as "{layout}": cannot parse "Z" as ".000000"'
+    )
+    for sent, rest, element in (
+        ("yesterday", "yesterday", "2006"),
+        ("2026-11-29T12:00:00.123Z", ".123Z", ".000000"),
+        ("2026-11-29T12:00:00.123456789Z", "789Z", "Z07:00"),
+    ):
+        status, body = await http.post(leases, {"metadata": {"name": "bad"}, "spec": {"renewTime": sent}})
+        assert status == 400 and body["message"] == (
+            f'Lease in version "v1" cannot be handled as a Lease: parsing time "{sent}" as "{layout}": '
+            f'cannot parse "{rest}" as "{element}"'
+        )
+    obj = await http.create(
+        leases, {"metadata": {"name": "tz"}, "spec": {"renewTime": "2026-11-29T12:00:00.123456+02:00"}}
+    )
+    assert obj["spec"]["renewTime"] == "2026-11-29T10:00:00.123456Z"
 
 
 async def test_pod_quantities_are_canonical(http: Http, namespace: str) -> None:

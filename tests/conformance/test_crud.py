@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -76,13 +77,89 @@ async def test_create_consistency_errors(http: Http, namespace: str) -> None:
     status, resp = await http.post(widgets(namespace), body)
     assert status == 400 and resp["reason"] == "BadRequest"
     assert resp["message"] == "the namespace of the provided object does not match the namespace sent on the request"
-    status, resp = await http.post(widgets(namespace), {"apiVersion": f"{GROUP}/v1", "metadata": {"name": "nokind"}})
-    assert status == 400 and resp["message"].startswith("Object 'Kind' is missing in")
+    nokind = {"apiVersion": f"{GROUP}/v1", "metadata": {"name": "nokind"}}
+    status, resp = await http.post(widgets(namespace), nokind)
+    sent = json.dumps(nokind)  # the body exactly as the test client sends it
+    assert status == 400 and resp["message"] == (
+        f"the object provided is unrecognized (must be of type Widget): Object 'Kind' is missing in '{sent}' ({sent[:30]} ...)"
+    )
+    status, resp = await http.post(widgets(namespace), {**widget("wk"), "kind": "Gadget"})
+    assert status == 422 and resp["message"] == (
+        f'Gadget.{GROUP} "wk" is invalid: kind: Invalid value: "Gadget": must be Widget'
+    )
+    status, resp = await http.request("POST", widgets(namespace), raw=b"{x")
+    assert status == 400 and resp["message"] == (
+        "the object provided is unrecognized (must be of type Widget): couldn't get version/kind; "
+        "json parse error: invalid character 'x' looking for beginning of object key string ({x)"
+    )
+    status, resp = await http.post(
+        core(namespace, "configmaps"), {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}
+    )
+    assert status == 400 and resp["message"] == (
+        'Secret in version "v1" cannot be handled as a ConfigMap: converting (v1.Secret) to (core.ConfigMap): unknown conversion'
+    )
     status, resp = await http.post(widgets(namespace), widget("Bad_Name"))
     assert status == 422 and resp["reason"] == "Invalid"
     assert resp["details"]["causes"][0]["field"] == "metadata.name"
     status, resp = await http.post(widgets(namespace), {**widget("x"), "apiVersion": f"{GROUP}/v2"})
     assert status == 400 and "does not match the expected API version" in resp["message"]
+
+
+async def test_name_and_generate_name_errors(http: Http, namespace: str) -> None:
+    status, body = await http.post(widgets(namespace), {**widget(""), "metadata": {}})
+    assert status == 422 and body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f'Widget.{GROUP} "" is invalid: metadata.name: Required value: name or generateName is required',
+        "reason": "Invalid",
+        "details": {
+            "group": GROUP,
+            "kind": "Widget",
+            "causes": [
+                {
+                    "reason": "FieldValueRequired",
+                    "message": "Required value: name or generateName is required",
+                    "field": "metadata.name",
+                }
+            ],
+        },
+        "code": 422,
+    }
+    status, body = await http.post(core(namespace, "configmaps"), {"metadata": {"generateName": "Upper-"}})
+    assert status == 422
+    generated = body["details"]["name"]
+    assert re.match(r"^Upper-[bcdfghjklmnpqrstvwxz2456789]{5}$", generated)
+    subdomain = (
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+        "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    )
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": f'Invalid value: "Upper-": {subdomain}',
+            "field": "metadata.generateName",
+        },
+        {
+            "reason": "FieldValueInvalid",
+            "message": f'Invalid value: "{generated}": {subdomain}',
+            "field": "metadata.name",
+        },
+    ]
+    status, body = await http.post(core(namespace, "configmaps"), {"metadata": {"name": "ok", "generateName": "fine-"}})
+    assert status == 201 and body["metadata"]["name"] == "ok"  # a valid generateName beside a name is kept
+    status, body = await http.post(
+        core(namespace, "configmaps"), {"metadata": {"name": "fin", "finalizers": ["nodomain"]}}
+    )
+    assert status == 422 and body["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "nodomain": name is neither a standard finalizer name nor is it fully qualified',
+            "field": "metadata.finalizers[0]",
+        }
+    ]
 
 
 async def test_get_missing_is_404_with_plural_kind(http: Http, namespace: str) -> None:
@@ -156,7 +233,7 @@ async def test_put_without_resource_version(http: Http, namespace: str) -> None:
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
-        "message": f'widgets.{GROUP} "norv" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update',
+        "message": f'widgets.{GROUP} "norv" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update',
         "reason": "Invalid",
         "details": {
             "name": "norv",
@@ -165,7 +242,7 @@ async def test_put_without_resource_version(http: Http, namespace: str) -> None:
             "causes": [
                 {
                     "reason": "FieldValueInvalid",
-                    "message": "Invalid value: 0x0: must be specified for an update",
+                    "message": "Invalid value: 0: must be specified for an update",
                     "field": "metadata.resourceVersion",
                 }
             ],
@@ -200,6 +277,7 @@ async def test_json_patch_test_op_with_stale_rv_is_422(http: Http, namespace: st
     status, body = await http.patch(widgets(namespace, "jp"), ops, "application/json-patch+json")
     assert status == 422 and body["reason"] == "Invalid"
     assert body["message"] == "the server rejected our request due to an error in our request"
+    assert body["details"] == {}  # the JSON patch library's own text is not passed on
 
 
 async def test_put_with_uid_of_recreated_object_conflicts(http: Http, namespace: str) -> None:
@@ -225,13 +303,32 @@ async def test_noop_writes_keep_resource_version(http: Http, namespace: str) -> 
 
 async def test_delete_preconditions(http: Http, namespace: str) -> None:
     obj = await http.create(widgets(namespace), widget("pre"))
+    rv, uid = obj["metadata"]["resourceVersion"], obj["metadata"]["uid"]
     status, body = await http.delete(widgets(namespace, "pre"), {"preconditions": {"resourceVersion": "1"}})
-    assert status == 409 and body["reason"] == "Conflict"
-    assert "Precondition failed: ResourceVersion in precondition: 1" in body["message"]
+    assert status == 409 and body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f'Operation cannot be fulfilled on Widget.{GROUP} "pre": the ResourceVersion in the precondition (1) '
+        f"does not match the ResourceVersion in record ({rv}). The object might have been modified",
+        "reason": "Conflict",
+        "details": {"name": "pre", "group": GROUP, "kind": "Widget"},
+        "code": 409,
+    }
+    wrong = "00000000-0000-4000-8000-000000000000"
     status, body = await http.delete(
-        widgets(namespace, "pre"), {"preconditions": {"uid": "00000000-0000-4000-8000-000000000000"}}
+        widgets(namespace, "pre"), {"preconditions": {"uid": wrong, "resourceVersion": "1"}}
     )
-    assert status == 409 and "UID in precondition" in body["message"]
+    assert status == 409 and body["message"] == (  # the uid is checked first
+        f'Operation cannot be fulfilled on Widget.{GROUP} "pre": the UID in the precondition ({wrong}) does not '
+        f"match the UID in record ({uid}). The object might have been deleted and then recreated"
+    )
+    cm = await http.create(core(namespace, "configmaps"), {"metadata": {"name": "pre"}})
+    status, body = await http.delete(core(namespace, "configmaps", "pre"), {"preconditions": {"resourceVersion": "1"}})
+    assert status == 409 and body["details"] == {"name": "pre", "kind": "ConfigMap"}
+    assert body["message"].startswith('Operation cannot be fulfilled on ConfigMap "pre": the ResourceVersion')
+    assert cm["metadata"]["resourceVersion"] in body["message"]
     status, _ = await http.delete(
         widgets(namespace, "pre"), {"preconditions": {"resourceVersion": obj["metadata"]["resourceVersion"]}}
     )
@@ -285,5 +382,36 @@ async def test_dry_run_writes_nothing(http: Http, namespace: str) -> None:
     assert (
         stored["spec"]["replicas"] == 1 and stored["metadata"]["resourceVersion"] == real["metadata"]["resourceVersion"]
     )
-    status, body = await http.post(widgets(namespace), widget("dry2"), dryRun="Some")
-    assert status == 400
+    for method, kind in (("POST", "CreateOptions"), ("PATCH", "PatchOptions"), ("DELETE", "DeleteOptions")):
+        path = widgets(namespace) if method == "POST" else widgets(namespace, "dry")
+        # (A DELETE with a body takes its options from the body only.)
+        body = widget("dry2") if method == "POST" else {} if method == "PATCH" else None
+        ctype = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        status, err = await http.request(method, path, body, ctype, params={"dryRun": "Some"})
+        assert status == 422 and err["reason"] == "Invalid", method
+        assert (
+            err["message"]
+            == f'{kind}.meta.k8s.io "" is invalid: dryRun: Unsupported value: ["Some"]: supported values: "All"'
+        )
+        assert err["details"] == {
+            "group": "meta.k8s.io",
+            "kind": kind,
+            "causes": [
+                {
+                    "reason": "FieldValueNotSupported",
+                    "message": 'Unsupported value: ["Some"]: supported values: "All"',
+                    "field": "dryRun",
+                }
+            ],
+        }
+    status, err = await http.delete(widgets(namespace, "dry"), {"dryRun": ["All", "Some"]})
+    assert status == 422 and 'Unsupported value: ["All","Some"]' in err["message"]
+    status, err = await http.post(widgets(namespace), widget("dry3"), fieldValidation="Bogus")
+    assert status == 422 and err["details"]["kind"] == "CreateOptions"
+    assert err["details"]["causes"] == [
+        {
+            "reason": "FieldValueNotSupported",
+            "message": 'Unsupported value: "Bogus": supported values: "", "Ignore", "Strict", "Warn"',
+            "field": "fieldValidation",
+        }
+    ]

@@ -17,6 +17,14 @@ async def wait_gone(http: Http, path: str, timeout: float = 10) -> None:
             await anyio.sleep(0.02)  # polling a condition under a deadline
 
 
+async def wait_found(http: Http, path: str, timeout: float = 30) -> None:
+    with anyio.fail_after(timeout):
+        while True:
+            if (await http.get(path))[0] == 200:
+                return
+            await anyio.sleep(0.02)  # polling a condition under a deadline
+
+
 def ref(owner: dict, block: bool = False) -> dict:
     r = {
         "apiVersion": owner["apiVersion"],
@@ -62,6 +70,16 @@ async def test_delete_with_finalizer_marks_then_removal_deletes(http: Http, name
         widgets(namespace, "f"), {"metadata": {"finalizers": [HOLD, "test.runnerscale.dev/new"]}}
     )
     assert status == 422 and err["details"]["causes"][0]["reason"] == "FieldValueForbidden"
+    # A custom resource gets the same cause twice (two metadata checks run), the message once.
+    assert len(err["details"]["causes"]) == 2 and err["details"]["causes"][0] == err["details"]["causes"][1]
+    assert err["message"].count("no new finalizers") == 1
+    await http.create(core(namespace, "configmaps"), {"metadata": {"name": "f", "finalizers": [HOLD]}})
+    await http.delete(core(namespace, "configmaps", "f"))
+    status, cm_err = await http.patch(
+        core(namespace, "configmaps", "f"), {"metadata": {"finalizers": [HOLD, "test.runnerscale.dev/new"]}}
+    )
+    await http.patch(core(namespace, "configmaps", "f"), {"metadata": {"finalizers": None}})
+    assert status == 422 and len(cm_err["details"]["causes"]) == 1  # built-ins list it once
     assert (
         'no new finalizers can be added if the object is being deleted, found new finalizers []string{"test.runnerscale.dev/new"}'
         in err["message"]
@@ -169,14 +187,16 @@ async def test_reference_with_wrong_uid_is_collected(http: Http, namespace: str)
 async def test_namespace_deletion(http: Http, namespace: str) -> None:
     ns = namespace + "-del"
     await http.create("/api/v1/namespaces", {"metadata": {"name": ns}})
-    status, sa = await http.get(core(ns, "serviceaccounts", "default"))
-    assert status == 200
+    # Controllers add the default ServiceAccount and the root CA ConfigMap shortly after.
+    await wait_found(http, core(ns, "serviceaccounts", "default"))
+    await wait_found(http, core(ns, "configmaps", "kube-root-ca.crt"))
     body = widget("w")
     body["metadata"]["finalizers"] = [HOLD]
     await http.create(widgets(ns), body)
     await http.create(core(ns, "configmaps"), {"metadata": {"name": "c"}})
     status, marked = await http.delete(f"/api/v1/namespaces/{ns}")
     assert status == 200 and marked["status"]["phase"] == "Terminating"
+    assert marked["metadata"]["deletionTimestamp"] and "deletionGracePeriodSeconds" not in marked["metadata"]
     status, err = await http.post(core(ns, "configmaps"), {"metadata": {"name": "late"}})
     assert status == 403 and err["reason"] == "Forbidden"
     assert (
@@ -190,10 +210,25 @@ async def test_namespace_deletion(http: Http, namespace: str) -> None:
             "field": "metadata.namespace",
         }
     ]
-    await wait_gone(http, core(ns, "configmaps", "c"))
-    assert (await http.get(f"/api/v1/namespaces/{ns}"))[0] == 200  # held by the widget's finalizer
+    # The namespace controller takes seconds on a real cluster.
+    await wait_gone(http, core(ns, "configmaps", "c"), timeout=60)
+    # Held by the widget's finalizer: the namespace controller says so in its conditions.
+    held_by_widget = f"Some resources are remaining: widgets.{GROUP} has 1 resource instances"
+    with anyio.fail_after(60):
+        while True:
+            status, held = await http.get(f"/api/v1/namespaces/{ns}")
+            assert status == 200
+            conditions = {c["type"]: c for c in held["status"].get("conditions") or []}
+            if conditions.get("NamespaceContentRemaining", {}).get("message") == held_by_widget:
+                break
+            await anyio.sleep(0.05)  # polling a condition under a deadline
+    assert conditions["NamespaceContentRemaining"]["status"] == "True"
+    assert conditions["NamespaceFinalizersRemaining"]["message"] == (
+        f"Some content in the namespace has finalizers remaining: {HOLD} in 1 resource instances"
+    )
+    assert conditions["NamespaceDeletionContentFailure"]["status"] == "False"
     await http.patch(widgets(ns, "w"), {"metadata": {"finalizers": None}})
-    await wait_gone(http, f"/api/v1/namespaces/{ns}")
+    await wait_gone(http, f"/api/v1/namespaces/{ns}", timeout=60)
 
 
 async def test_default_namespace_cannot_be_deleted(http: Http) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from kubernetes_asyncio import client
 
@@ -42,6 +44,35 @@ async def test_label_selector_operators(http: Http, namespace: str) -> None:
     assert await _names(http, path, labelSelector="env=prod,tier=web") == ["a"]
     status, body = await http.get(path, labelSelector="env in prod")
     assert status == 400 and body["reason"] == "BadRequest"
+    assert body["message"] == "unable to parse requirement: found 'prod' expected: '('"
+    assert await _names(http, path, labelSelector="env in ()") == []  # "()" is the empty value
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [
+        ("=x", "found '=', expected: !, identifier, or 'end of string'"),
+        ("env=a,", "found '', expected: identifier after ','"),
+        ("env in (a", "unable to parse requirement: found '', expected: ',' or ')'"),
+        ("env x", "unable to parse requirement: found 'x', expected: in, notin, =, ==, !=, gt, lt"),
+        ("a=b c", "found 'c', expected: ',' or 'end of string'"),
+        (
+            "x>a",
+            "unable to parse requirement: values[0]: Invalid value: \"a\": for 'Gt', 'Lt' operators, the value must be an integer",
+        ),
+    ],
+)
+async def test_label_selector_errors(http: Http, namespace: str, selector: str, message: str) -> None:
+    status, body = await http.get(widgets(namespace), labelSelector=selector)
+    assert status == 400 and body["reason"] == "BadRequest" and body["message"] == message
+
+
+async def test_label_selector_numeric_comparisons(http: Http, namespace: str) -> None:
+    for name, size in (("s", "1"), ("m", "5"), ("l", "9"), ("x", "big")):
+        body = widget(name)
+        body["metadata"]["labels"] = {"size": size}
+        await http.create(widgets(namespace), body)
+    assert await _names(http, widgets(namespace), labelSelector="size>1,size<9") == ["m"]
 
 
 async def test_pod_field_selectors(http: Http, namespace: str) -> None:
@@ -63,8 +94,13 @@ async def test_unsupported_field_selector_messages(http: Http, namespace: str) -
     status, body = await http.get(core(namespace, "pods"), fieldSelector="spec.foo=x")
     assert status == 400 and body["message"] == "field label not supported: spec.foo"
     status, body = await http.get(widgets(namespace), fieldSelector="spec.foo=x")
-    assert status == 400
-    assert body["message"] == '"spec.foo" is not a known field selector: only "metadata.name", "metadata.namespace"'
+    assert status == 400 and body["message"] == "field label not supported: spec.foo"
+    status, body = await http.get(widgets(namespace), fieldSelector="metadata.name")
+    assert status == 400 and body["message"] == "invalid selector: 'metadata.name'; can't understand 'metadata.name'"
+    status, body = await http.get(widgets(namespace), fieldSelector="metadata.name=a=b")
+    assert status == 400 and body["message"] == "invalid field selector: unescaped character in value: 61"
+    status, body = await http.get(widgets(namespace), fieldSelector=" metadata.name=a")
+    assert status == 400 and body["message"] == "field label not supported:  metadata.name"  # nothing is trimmed
 
 
 async def test_pagination_is_a_consistent_snapshot(http: Http, namespace: str) -> None:
@@ -80,7 +116,13 @@ async def test_pagination_is_a_consistent_snapshot(http: Http, namespace: str) -
     assert p2["metadata"]["remainingItemCount"] == 1
     assert p2["metadata"]["resourceVersion"] == p1["metadata"]["resourceVersion"]
     _, p3 = await http.get(widgets(namespace), limit="2", **{"continue": p2["metadata"]["continue"]})
-    assert [i["metadata"]["name"] for i in p3["items"]] == ["w4"] and "continue" not in p3["metadata"]
+    assert [i["metadata"]["name"] for i in p3["items"]] == ["w4"]
+    # Custom resource lists always carry "continue" (empty on the last page); built-in lists omit it.
+    assert p3["metadata"]["continue"] == "" and "remainingItemCount" not in p3["metadata"]
+    _, whole = await http.get(widgets(namespace))
+    assert whole["metadata"]["continue"] == ""
+    _, cms = await http.get(core(namespace, "configmaps"))
+    assert "continue" not in cms["metadata"]
 
 
 async def test_pagination_with_selector(http: Http, namespace: str) -> None:
@@ -97,9 +139,37 @@ async def test_pagination_with_selector(http: Http, namespace: str) -> None:
     assert [i["metadata"]["name"] for i in p2["items"]] == ["s3"]
 
 
+def _token(doc: str) -> str:
+    return base64.urlsafe_b64encode(doc.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("token", "why"),
+    [
+        ("garbage!!", "illegal base64 data at input byte 7"),
+        ("abcde", "illegal base64 data at input byte 4"),
+        (_token("{"), "unexpected end of JSON input"),
+        (_token("[1]"), "json: cannot unmarshal array into Go value of type storage.continueToken"),
+        (_token('{"v":1}'), "json: cannot unmarshal number into Go struct field continueToken.v of type string"),
+        (_token('{"v":"x"}'), "server does not recognize this encoded version x"),
+        (_token('{"v":"meta.k8s.io/v1"}'), "incorrect encoded start resourceVersion (version meta.k8s.io/v1)"),
+        (_token('{"v":"meta.k8s.io/v1","rv":5}'), "encoded start key empty (version meta.k8s.io/v1)"),
+        (_token('{"v":"meta.k8s.io/v1","rv":5,"start":"../x"}'), "../x"),
+    ],
+)
+async def test_malformed_continue_tokens(http: Http, namespace: str, token: str, why: str) -> None:
+    status, body = await http.get(widgets(namespace), limit="1", **{"continue": token})
+    assert status == 400 and body["reason"] == "BadRequest"
+    assert body["message"] == f"invalid continue token: continue key is not valid: {why}"
+
+
 async def test_bad_and_expired_continue_tokens(http: Http, namespace: str, kube_api) -> None:
-    status, body = await http.get(widgets(namespace), limit="1", **{"continue": "garbage!!"})
-    assert status == 400 and body["message"].startswith("invalid continue token")
+    for i in range(2):
+        await http.create(widgets(namespace), widget(f"t{i}"))
+    _, p1 = await http.get(widgets(namespace), limit="1")
+    token = p1["metadata"]["continue"]
+    status, body = await http.get(widgets(namespace), limit="1", resourceVersion="5", **{"continue": token})
+    assert status == 400 and body["message"] == "specifying resource version is not allowed when using continue"
     control = kube_api.require_emulator()
     for i in range(3):
         await http.create(widgets(namespace), widget(f"e{i}"))
@@ -117,10 +187,86 @@ async def test_list_across_namespaces_sorted(http: Http, namespace: str) -> None
         await http.create(widgets(other), widget("a"))
         await http.create(widgets(namespace), widget("z"))
         _, body = await http.get(f"/apis/{GROUP}/v1/widgets")
-        keys = [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in body["items"]]
-        assert keys == sorted(keys) and (namespace, "z") in keys and (other, "a") in keys
+        keys = [f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in body["items"]]
+        # Storage-key order: "<namespace>/<name>" compared as one string, so "t-x-b/a" < "t-x/z".
+        assert keys == sorted(keys)
+        assert keys.index(f"{other}/a") < keys.index(f"{namespace}/z")
+        _, page = await http.get(f"/apis/{GROUP}/v1/widgets", limit="1")
+        names = [i["metadata"]["name"] for i in page["items"]]
+        while page["metadata"]["continue"]:
+            _, page = await http.get(
+                f"/apis/{GROUP}/v1/widgets", limit="1", **{"continue": page["metadata"]["continue"]}
+            )
+            names += [i["metadata"]["name"] for i in page["items"]]
+        assert len(names) == len(keys)  # paging walks the same order
     finally:
         await http.delete(f"/api/v1/namespaces/{other}")
+
+
+async def test_list_resource_version_options(http: Http, namespace: str) -> None:
+    for i in range(3):
+        await http.create(widgets(namespace), widget(f"r{i}"))
+    _, before = await http.get(widgets(namespace))
+    await http.create(widgets(namespace), widget("r3"))
+    await http.patch(widgets(namespace, "r0"), {"spec": {"replicas": 7}})
+    # resourceVersion=0 is served whole, as from the watch cache: limit is ignored.
+    status, body = await http.get(widgets(namespace), limit="2", resourceVersion="0")
+    assert status == 200 and len(body["items"]) == 4 and body["metadata"]["continue"] == ""
+    # Exact: the list as it was at that resourceVersion.
+    rv = before["metadata"]["resourceVersion"]
+    status, body = await http.get(widgets(namespace), resourceVersion=rv, resourceVersionMatch="Exact")
+    assert status == 200 and body["metadata"]["resourceVersion"] == rv
+    assert [(i["metadata"]["name"], i["spec"].get("replicas")) for i in body["items"]] == [
+        ("r0", None),
+        ("r1", None),
+        ("r2", None),
+    ]
+    status, body = await http.get(widgets(namespace), resourceVersion=rv, resourceVersionMatch="NotOlderThan")
+    assert status == 200 and len(body["items"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("params", "causes"),
+    [
+        (
+            {"resourceVersionMatch": "NotOlderThan"},
+            [
+                (
+                    "FieldValueForbidden",
+                    "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                )
+            ],
+        ),
+        (
+            {"resourceVersionMatch": "Exact", "resourceVersion": "0"},
+            [("FieldValueForbidden", 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"')],
+        ),
+        (
+            {"resourceVersionMatch": "Bogus", "resourceVersion": "5"},
+            [("FieldValueNotSupported", 'Unsupported value: "Bogus": supported values: "Exact", "NotOlderThan", ""')],
+        ),
+    ],
+)
+async def test_list_options_are_validated(http: Http, namespace: str, params: dict, causes: list) -> None:
+    status, body = await http.get(widgets(namespace), **params)
+    assert status == 422 and body["reason"] == "Invalid"
+    assert body["details"] == {
+        "group": "meta.k8s.io",
+        "kind": "ListOptions",
+        "causes": [{"reason": r, "message": m, "field": "resourceVersionMatch"} for r, m in causes],
+    }
+    assert body["message"] == f'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: {causes[0][1]}'
+
+
+async def test_malformed_list_parameters(http: Http, namespace: str) -> None:
+    status, body = await http.get(widgets(namespace), resourceVersion="abc")
+    assert status == 400 and body["message"] == (
+        'invalid resource version: resourceVersion: Invalid value: "abc": strconv.ParseUint: parsing "abc": invalid syntax'
+    )
+    status, body = await http.get(widgets(namespace), limit="abc")
+    assert status == 400 and body["message"] == 'strconv.ParseInt: parsing "abc": invalid syntax'
+    status, body = await http.get(widgets(namespace), limit="-1")
+    assert status == 200  # a negative limit means no limit
 
 
 async def test_client_pagination_round_trip(kube_client, http: Http, namespace: str) -> None:

@@ -10,6 +10,7 @@ from services.embedded.apiserver.errors import ApiError
 from services.embedded.apiserver.patch import (
     PatchError,
     PatchFailed,
+    PatchTypeError,
     apply_json_patch,
     apply_merge_patch,
     apply_strategic_merge_patch,
@@ -21,8 +22,8 @@ from services.embedded.apiserver.selectors import (
     fields_match,
     labels_match,
     parse_field_selector,
-    parse_go_bool,
     parse_label_selector,
+    parse_query_bool,
 )
 from services.embedded.apiserver.store import Event, Watcher, WatchFilter
 
@@ -62,16 +63,15 @@ def test_malformed_label_selectors(bad: str) -> None:
 def test_field_selectors() -> None:
     pod = obj(spec={"nodeName": "n1"}, status={"phase": "Running"})
     supported = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase")
-    assert fields_match(parse_field_selector("status.phase=Running,spec.nodeName!=n2", supported, False), pod)
-    assert not fields_match(parse_field_selector("spec.nodeName=", supported, False), pod)
+    assert fields_match(parse_field_selector("status.phase=Running,spec.nodeName!=n2", supported), pod)
+    assert not fields_match(parse_field_selector("spec.nodeName=", supported), pod)
     with pytest.raises(ApiError, match="field label not supported: spec.x"):
-        parse_field_selector("spec.x=1", supported, False)
+        parse_field_selector("spec.x=1", supported)
 
 
-def test_go_bool() -> None:
-    assert parse_go_bool("True", "watch") and parse_go_bool("1", "watch") and not parse_go_bool("F", "watch")
-    with pytest.raises(ApiError):
-        parse_go_bool("yes", "watch")
+def test_query_bool() -> None:
+    assert parse_query_bool("True") and parse_query_bool("1") and parse_query_bool("yes") and parse_query_bool("")
+    assert not parse_query_bool(None) and not parse_query_bool("0") and not parse_query_bool("fALSe")
 
 
 def test_merge_patch_rfc7386() -> None:
@@ -129,10 +129,11 @@ def test_smp_containers_env_ports_mounts() -> None:
     }
     out = apply_strategic_merge_patch(pod, patch, POD_RULES)
     a = out["spec"]["containers"][0]
-    assert [c["name"] for c in out["spec"]["containers"]] == ["a", "b", "c"]
+    # The patch's items keep their order; stored-only items are interleaved by stored position.
+    assert [c["name"] for c in out["spec"]["containers"]] == ["a", "c", "b"]
     assert a["env"] == [{"name": "X", "value": "2"}, {"name": "Y", "value": "3"}]
-    assert [p["containerPort"] for p in a["ports"]] == [80, 81]
-    assert [m["mountPath"] for m in a["volumeMounts"]] == ["/m", "/n"]
+    assert [p["containerPort"] for p in a["ports"]] == [81, 80]
+    assert [m["mountPath"] for m in a["volumeMounts"]] == ["/n", "/m"]
 
 
 def test_smp_directives() -> None:
@@ -163,8 +164,10 @@ def test_smp_directives() -> None:
     assert out["spec"]["volumes"] == [{"name": "v", "secret": {"secretName": "s"}}]
     with pytest.raises(PatchError):
         apply_strategic_merge_patch(pod, {"spec": {"containers": [{"image": "no-name"}]}}, POD_RULES)
-    with pytest.raises(PatchError):
-        apply_strategic_merge_patch(pod, {"$unknown": 1}, POD_RULES)
+    # Unknown "$" keys are plain keys; an unknown $patch value is the server's 500.
+    assert apply_strategic_merge_patch(pod, {"$unknown": 1}, POD_RULES)["$unknown"] == 1
+    with pytest.raises(PatchTypeError, match=r"unknown patch type: x in map: map\[\$patch:x a:1\]"):
+        apply_strategic_merge_patch(pod, {"spec": {"$patch": "x", "a": 1}}, POD_RULES)
 
 
 def test_smp_finalizer_set() -> None:
@@ -172,7 +175,11 @@ def test_smp_finalizer_set() -> None:
     cm = {"metadata": {"finalizers": ["a"]}}
     assert apply_strategic_merge_patch(cm, {"metadata": {"finalizers": ["b", "a"]}}, rules)["metadata"][
         "finalizers"
-    ] == ["a", "b"]
+    ] == ["b", "a"]
+    three = {"metadata": {"finalizers": ["a", "b", "c"]}}
+    assert apply_strategic_merge_patch(three, {"metadata": {"finalizers": ["d", "b", "e"]}}, rules)["metadata"][
+        "finalizers"
+    ] == ["d", "a", "b", "e", "c"]
     assert (
         apply_strategic_merge_patch(cm, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}, rules)["metadata"]
         == {}
@@ -270,7 +277,7 @@ def test_image_pull_policy(image: str, policy: str) -> None:
 
 
 def test_continue_token_round_trip_and_garbage() -> None:
-    assert decode_continue(encode_continue(42, ("ns", "name"))) == (42, ("ns", "name"))
+    assert decode_continue(encode_continue(42, "ns/name")) == (42, "ns/name")
     with pytest.raises(ApiError) as exc:
         decode_continue("bm90IGpzb24")
     assert exc.value.code == 400

@@ -153,30 +153,88 @@ async def test_client_watch_raises_410(kube_client, http: Http, namespace: str, 
     assert exc.value.status == 410
 
 
-async def test_watch_from_future_rv_times_out(http: Http, namespace: str) -> None:
+async def test_watch_from_old_rv_is_410(http: Http, namespace: str) -> None:
+    # A resource's watch history starts when the server starts serving it: RV 1 is too old.
+    for path in (widgets(namespace), core(namespace, "configmaps")):
+        events = await watch_lines(http, path, {"resourceVersion": "1", "timeoutSeconds": "5"}, 2)
+        assert len(events) == 1 and events[0]["type"] == "ERROR", path
+        status = events[0]["object"]
+        assert status["code"] == 410 and status["reason"] == "Expired" and "details" not in status
+        assert status["message"].startswith("too old resource version: 1 (")
+        oldest = int(status["message"].removeprefix("too old resource version: 1 (").rstrip(")"))
+        assert oldest > 1
+
+
+async def test_watch_history_window_expires_old_events(http: Http, namespace: str, kube_api) -> None:
+    control = kube_api.require_emulator()  # shrinks the watch history window
+    before = await control.settings_async()
+    obj = await http.create(widgets(namespace), widget("h"))
+    await control.settings_async(watch_history_seconds=0, watch_history_min_events=1)
+    try:
+        await http.patch(widgets(namespace, "h"), {"spec": {"replicas": 1}})
+        second = (await http.patch(widgets(namespace, "h"), {"spec": {"replicas": 2}}))[1]
+    finally:
+        await control.settings_async(
+            watch_history_seconds=before["watch_history_seconds"],
+            watch_history_min_events=before["watch_history_min_events"],
+        )
+    events = await watch_lines(http, widgets(namespace), {"resourceVersion": obj["metadata"]["resourceVersion"]}, 2)
+    assert [e["type"] for e in events] == ["ERROR"] and events[0]["object"]["code"] == 410
+    # Only the newest event is left, so a watch can still start just before it.
+    resume = str(int(second["metadata"]["resourceVersion"]) - 1)
+    assert (
+        events[0]["object"]["message"] == f"too old resource version: {obj['metadata']['resourceVersion']} ({resume})"
+    )
+    events = await watch_lines(http, widgets(namespace), {"resourceVersion": resume}, 1)
+    assert events[0]["type"] == "MODIFIED" and events[0]["object"]["spec"]["replicas"] == 2
+
+
+async def test_watch_from_future_rv_waits_without_error(http: Http, namespace: str) -> None:
     _, listed = await http.get(widgets(namespace))
     future = str(int(listed["metadata"]["resourceVersion"]) + 1_000_000)
-    events = await watch_lines(http, widgets(namespace), {"resourceVersion": future}, 1)
-    assert events[0]["type"] == "ERROR" and events[0]["object"]["code"] == 504
-    assert events[0]["object"]["message"].startswith("Too large resource version")
+    started = anyio.current_time()
+    events = await watch_lines(http, widgets(namespace), {"resourceVersion": future, "timeoutSeconds": "2"}, 1)
+    assert events == [] and anyio.current_time() - started >= 1.5  # open until its timeout, no ERROR
 
 
-async def test_bookmarks_only_when_allowed(http: Http, namespace: str) -> None:
+async def test_list_from_future_rv_is_504(http: Http, namespace: str) -> None:
+    _, listed = await http.get(widgets(namespace))
+    future = int(listed["metadata"]["resourceVersion"]) + 1_000_000
+    for params in ({"resourceVersion": str(future)}, {"resourceVersion": str(future), "resourceVersionMatch": "Exact"}):
+        status, body = await http.get(widgets(namespace), **params)
+        assert status == 504, params
+        assert body["reason"] == "Timeout"
+        assert body["message"].startswith(f"Timeout: Too large resource version: {future}, current: ")
+        assert body["details"] == {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        }
+
+
+async def test_bookmarks_only_when_allowed(http: Http, namespace: str, kube_api) -> None:
     _, listed = await http.get(widgets(namespace))
     rv = listed["metadata"]["resourceVersion"]
+    # The bookmark before the deadline is due 2 s ahead of it: a watch of 2 s gets none.
     events = await watch_lines(
-        http, widgets(namespace), {"resourceVersion": rv, "allowWatchBookmarks": "True", "timeoutSeconds": "1"}, 5
+        http, widgets(namespace), {"resourceVersion": rv, "allowWatchBookmarks": "True", "timeoutSeconds": "2"}, 5
     )
-    assert [e["type"] for e in events] == ["BOOKMARK"]
-    bm = events[0]["object"]
-    assert bm == {
-        "kind": "Widget",
-        "apiVersion": f"{GROUP}/v1",
-        "metadata": {"resourceVersion": bm["metadata"]["resourceVersion"]},
-    }
-    assert int(bm["metadata"]["resourceVersion"]) >= int(rv)
-    events = await watch_lines(http, widgets(namespace), {"resourceVersion": rv, "timeoutSeconds": "1"}, 5)
     assert events == []
+    events = await watch_lines(http, widgets(namespace), {"resourceVersion": rv, "timeoutSeconds": "4"}, 5)
+    assert events == []
+    events = await watch_lines(
+        http, widgets(namespace), {"resourceVersion": rv, "allowWatchBookmarks": "true", "timeoutSeconds": "4"}, 5
+    )
+    # A real server may or may not get its bookmark out in time; the emulator sends exactly one.
+    assert all(e["type"] == "BOOKMARK" for e in events) and len(events) <= 2
+    if kube_api.is_emulator:
+        assert len(events) == 1
+    for bm in (e["object"] for e in events):
+        assert bm == {
+            "kind": "Widget",
+            "apiVersion": f"{GROUP}/v1",
+            "metadata": {"resourceVersion": bm["metadata"]["resourceVersion"]},
+        }
+        assert int(bm["metadata"]["resourceVersion"]) >= int(rv)
 
 
 async def test_periodic_bookmarks(http: Http, namespace: str, kube_api) -> None:
@@ -256,13 +314,19 @@ async def test_abrupt_cut_surfaces_as_client_error(kube_client, http: Http, name
 
 async def test_watch_bool_spellings(http: Http, namespace: str) -> None:
     await http.create(core(namespace, "configmaps"), {"metadata": {"name": "b"}})
-    for spelling in ("True", "1", "true"):
+    # Anything but 0 or false (any case) is a watch, even "maybe" or an empty value.
+    for spelling in ("True", "1", "true", "maybe", "f", ""):
         events = await watch_lines(http, core(namespace, "configmaps"), {"watch": spelling, "timeoutSeconds": "1"}, 1)
-        assert events and events[0]["type"] == "ADDED"
-    status, body = await http.get(core(namespace, "configmaps"), watch="false")
-    assert status == 200 and body["kind"] == "ConfigMapList"
-    status, body = await http.get(core(namespace, "configmaps"), watch="maybe")
-    assert status == 400
+        assert events and events[0]["type"] == "ADDED", spelling
+    for spelling in ("false", "FALSE", "False", "0"):
+        status, body = await http.get(core(namespace, "configmaps"), watch=spelling)
+        assert status == 200 and body["kind"] == "ConfigMapList", spelling
+
+
+async def test_watch_resource_version_must_be_a_number(http: Http, namespace: str) -> None:
+    status, body = await http.get(widgets(namespace), watch="true", resourceVersion="abc")
+    assert status == 500 and "reason" not in body
+    assert body["message"] == 'resourceVersion: Invalid value: "abc": strconv.ParseUint: parsing "abc": invalid syntax'
 
 
 async def test_many_watchers_identical_and_slow_reader_does_not_block(http: Http, namespace: str) -> None:

@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import base64
 import random
-import re
 from typing import Any
 
-from . import errors
-from .errors import ApiError, Cause, forbidden, invalid, invalid_value
+from shared.kube.names import (
+    is_config_map_key,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_qualified_name,
+    is_valid_label_value,
+    mask_trailing_dash,
+)
+
+from .errors import ApiError, Cause, forbidden, invalid, invalid_value, json_kind
 
 Obj = dict[str, Any]
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -33,119 +35,84 @@ def generate_name(base: str) -> str:
     return base[:58] + random_suffix()
 
 
-def _name_causes(name: str, label_only: bool) -> list[Cause]:
-    if label_only:
-        if len(name) > 63:
-            return [
-                Cause("FieldValueInvalid", invalid_value(name, "must be no more than 63 characters"), "metadata.name")
-            ]
-        if not _DNS1123_LABEL.match(name):
-            return [
-                Cause(
-                    "FieldValueInvalid",
-                    invalid_value(
-                        name,
-                        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
-                    ),
-                    "metadata.name",
-                )
-            ]
-        return []
-    if len(name) > 253:
-        return [Cause("FieldValueInvalid", invalid_value(name, "must be no more than 253 characters"), "metadata.name")]
-    if not _DNS1123_SUBDOMAIN.match(name):
-        return [
-            Cause(
-                "FieldValueInvalid",
-                invalid_value(
-                    name,
-                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
-                ),
-                "metadata.name",
-            )
-        ]
-    return []
+def _name_causes(name: str, label_only: bool, field: str = "metadata.name", shown: str | None = None) -> list[Cause]:
+    check = is_dns1123_label if label_only else is_dns1123_subdomain
+    return [Cause("FieldValueInvalid", invalid_value(shown or name, m), field) for m in check(name)]
 
 
 def _qualified_key_causes(key: str, field: str) -> list[Cause]:
-    prefix, _, name = key.rpartition("/")
-    bad = not name or len(name) > 63 or not _LABEL_NAME.match(name)
-    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
-        bad = True
-    if bad:
-        return [
-            Cause(
-                "FieldValueInvalid",
-                invalid_value(
-                    key,
-                    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
-                ),
-                field,
-            )
-        ]
-    return []
+    return [Cause("FieldValueInvalid", invalid_value(key, m), field) for m in is_qualified_name(key)]
 
 
-def metadata_causes(obj: Obj, label_only_name: bool) -> list[Cause]:
-    """Validation of ObjectMeta common to every kind: name, labels, annotations, ownerReferences."""
+STANDARD_FINALIZERS = ("kubernetes", "orphan", "foregroundDeletion")
+
+
+def metadata_causes(obj: Obj, label_only_name: bool, check_name: bool = True) -> list[Cause]:
+    """ObjectMeta validation common to every kind, in the server's order: generateName, name,
+    labels, annotations, ownerReferences, finalizers. (Core Events skip the name rules.)"""
     meta = obj.get("metadata") or {}
-    causes = _name_causes(meta.get("name", ""), label_only_name)
+    causes: list[Cause] = []
+    generate = meta.get("generateName") or ""
+    if generate and check_name:
+        causes += _name_causes(mask_trailing_dash(generate), label_only_name, "metadata.generateName", generate)
+    if check_name:
+        causes += _name_causes(meta.get("name", ""), label_only_name)
     labels = meta.get("labels") or {}
-    if not isinstance(labels, dict):
-        causes.append(Cause("FieldValueTypeInvalid", "must be a map of strings", "metadata.labels"))
-    else:
+    if isinstance(labels, dict):
         for k, v in labels.items():
             causes += _qualified_key_causes(k, "metadata.labels")
-            if not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.match(v):
-                causes.append(
-                    Cause(
-                        "FieldValueInvalid",
-                        invalid_value(
-                            v,
-                            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
-                        ),
-                        "metadata.labels",
-                    )
-                )
+            if isinstance(v, str):
+                causes += [
+                    Cause("FieldValueInvalid", invalid_value(v, m), "metadata.labels") for m in is_valid_label_value(v)
+                ]
     ann = meta.get("annotations") or {}
     if isinstance(ann, dict):
-        for k, v in ann.items():
-            causes += _qualified_key_causes(k, "metadata.annotations")
-            if not isinstance(v, str):
-                causes.append(Cause("FieldValueTypeInvalid", "must be a string", "metadata.annotations"))
-    controllers = 0
-    for i, ref in enumerate(meta.get("ownerReferences") or []):
+        for k in ann:
+            causes += _qualified_key_causes(k.lower(), "metadata.annotations")
+    refs = meta.get("ownerReferences") or []
+    for i, ref in enumerate(refs):
         for f in ("apiVersion", "kind", "name", "uid"):
             if not (isinstance(ref, dict) and ref.get(f)):
                 causes.append(
                     Cause(
-                        "FieldValueRequired",
-                        "Required value",
-                        f"metadata.ownerReferences[{i}].{f.lower() if f != 'apiVersion' else 'apiVersion'}",
+                        "FieldValueRequired", "Required value: must not be empty", f"metadata.ownerReferences[{i}].{f}"
                     )
                 )
-        if isinstance(ref, dict) and ref.get("controller"):
-            controllers += 1
-    if controllers > 1:
+    controllers = [r for r in refs if isinstance(r, dict) and r.get("controller")]
+    if len(controllers) > 1:
+        shown = [_owner_ref_shape(r) for r in refs if isinstance(r, dict)]
+        names = " and ".join(f"{r.get('kind', '')}/{r.get('name', '')}" for r in controllers)
         causes.append(
             Cause(
                 "FieldValueInvalid",
-                invalid_value(meta.get("ownerReferences"), "Only one reference can have Controller set to true"),
+                invalid_value(
+                    shown, f'Only one reference can have Controller set to true. Found "true" in references for {names}'
+                ),
                 "metadata.ownerReferences",
             )
         )
-    # Finalizers must be qualified names; a name without a domain prefix only earns a warning
-    # on a real server, so it is accepted here.
-    for f in meta.get("finalizers") or []:
-        if not isinstance(f, str) or _qualified_key_causes(f, "metadata.finalizers"):
+    for i, f in enumerate(meta.get("finalizers") or []):
+        if not isinstance(f, str):
+            continue
+        causes += _qualified_key_causes(f, "metadata.finalizers")
+        if "/" not in f and f not in STANDARD_FINALIZERS:
             causes.append(
                 Cause(
                     "FieldValueInvalid",
                     invalid_value(f, "name is neither a standard finalizer name nor is it fully qualified"),
-                    "metadata.finalizers",
+                    f"metadata.finalizers[{i}]",
                 )
             )
     return causes
+
+
+def _owner_ref_shape(ref: Obj) -> Obj:
+    """An owner reference as the server prints it in messages (Go struct field order)."""
+    out = {k: ref.get(k, "") for k in ("apiVersion", "kind", "name", "uid")}
+    for k in ("controller", "blockOwnerDeletion"):
+        if k in ref:
+            out[k] = ref[k]
+    return out
 
 
 # --- pods -----------------------------------------------------------------------------------
@@ -362,6 +329,10 @@ def pod_spec_update_causes(old_spec: Obj, new_spec: Obj) -> list[Cause]:
                 ]
         return s
 
+    if len(old_spec.get("containers") or []) != len(new_spec.get("containers") or []):
+        return [
+            Cause("FieldValueForbidden", "Forbidden: pod updates may not add or remove containers", "spec.containers")
+        ]
     # nodeName is set once through the pods/binding subresource, never by an update.
     old_m, new_m = masked(old_spec), masked(new_spec)
     if old_m == new_m:
@@ -387,17 +358,7 @@ def normalise_secret(secret: Obj) -> list[Cause]:
     if not isinstance(data, dict):
         return [Cause("FieldValueTypeInvalid", "must be a map", "data")]
     for k, v in data.items():
-        if not _SECRET_KEY.match(k):
-            causes.append(
-                Cause(
-                    "FieldValueInvalid",
-                    invalid_value(
-                        k,
-                        "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
-                    ),
-                    f"data[{k}]",
-                )
-            )
+        causes += [Cause("FieldValueInvalid", invalid_value(k, m), f"data[{k}]") for m in is_config_map_key(k)]
         try:
             base64.b64decode(v or "", validate=True)
         except (ValueError, TypeError):
@@ -438,27 +399,213 @@ def pod_invalid(name: str, causes: list[Cause]) -> ApiError:
     return invalid("", "Pod", name, causes)
 
 
+# --- configmaps ------------------------------------------------------------------------------
+
+
+def validate_config_map(cm: Obj) -> list[Cause]:
+    causes: list[Cause] = []
+    for field in ("data", "binaryData"):
+        for k in cm.get(field) or {}:
+            causes += [Cause("FieldValueInvalid", invalid_value(k, m), f"{field}[{k}]") for m in is_config_map_key(k)]
+    return causes
+
+
+# --- events --------------------------------------------------------------------------------------
+
+
+def validate_event(event: Obj, events_api: bool) -> list[Cause]:
+    """Event validation. Both APIs store the core Event, so paths use its field names; the
+    ``events.k8s.io`` API adds the strict checks (an ``eventTime``, a ``type``, no legacy fields)."""
+    meta = event.get("metadata") or {}
+    ns = meta.get("namespace", "")
+    involved = event.get("regarding" if events_api else "involvedObject") or {}
+    involved_ns = involved.get("namespace", "") if isinstance(involved, dict) else ""
+    event_time = event.get("eventTime")
+    causes: list[Cause] = []
+    mismatch = Cause(
+        "FieldValueInvalid", invalid_value(involved_ns, "does not match event.namespace"), "involvedObject.namespace"
+    )
+    if not event_time:
+        if (not involved_ns and ns not in ("", "default")) or (involved_ns and involved_ns != ns):
+            causes.append(mismatch)
+    else:
+        if not involved_ns and ns not in ("default", "kube-system"):
+            causes.append(mismatch)
+        controller_field = "reportingController" if events_api else "reportingComponent"
+        controller = event.get(controller_field) or ""
+        if not controller:
+            causes.append(Cause("FieldValueRequired", "Required value", controller_field))
+        causes += [
+            Cause("FieldValueInvalid", invalid_value(controller, m), controller_field)
+            for m in is_qualified_name(controller)
+        ]
+        for field, limit in (("reportingInstance", 128), ("action", 128), ("reason", 128)):
+            value = event.get(field) or ""
+            if not value:
+                causes.append(Cause("FieldValueRequired", "Required value", field))
+            elif len(value) > limit:
+                causes.append(
+                    Cause("FieldValueInvalid", invalid_value("", f"can have at most {limit} characters"), field)
+                )
+    if events_api:
+        if not event_time:
+            causes.append(Cause("FieldValueRequired", "Required value", "eventTime"))
+        if event.get("type") not in ("Normal", "Warning"):
+            causes.append(
+                Cause("FieldValueInvalid", invalid_value("", f"has invalid value: {event.get('type') or ''}"), "type")
+            )
+    return causes
+
+
+# --- decoding: typed fields a real server decodes strictly -----------------------------------------
+
+
+class DecodeError(Exception):
+    """A field value the server's decoder rejects. ``json_message`` is the JSON decoder's text (create,
+    update, JSON and merge patches); ``converter_message`` the unstructured converter's (strategic
+    merge patches)."""
+
+    def __init__(self, json_message: str, converter_message: str | None = None) -> None:
+        super().__init__(json_message)
+        self.json_message = json_message
+        self.converter_message = converter_message or json_message
+
+
+MICRO_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
+TIME_LAYOUT = "2006-01-02T15:04:05Z07:00"
+_LAYOUT_ELEMENTS = (
+    ("2006", 4),
+    ("-", 0),
+    ("01", 2),
+    ("-", 0),
+    ("02", 2),
+    ("T", 0),
+    ("15", 2),
+    (":", 0),
+    ("04", 2),
+    (":", 0),
+    ("05", 2),
+)
+_GO_TYPES = {"bool": "bool", "number": "float64", "array": "[]interface {}", "object": "map[string]interface {}"}
+
+
+def go_parse_time(value: str, micro: bool) -> None:
+    """Go's ``time.Parse`` with the MicroTime (exactly six fraction digits) or Time (RFC 3339)
+    layout; raises ValueError with Go's message."""
+    layout = MICRO_LAYOUT if micro else TIME_LAYOUT
+    rest = value
+
+    def fail(element: str) -> ValueError:
+        return ValueError(f'parsing time "{value}" as "{layout}": cannot parse "{rest}" as "{element}"')
+
+    for element, digits in _LAYOUT_ELEMENTS:
+        if digits:
+            if len(rest) < digits or not rest[:digits].isdigit():
+                raise fail(element)
+            rest = rest[digits:]
+        elif not rest.startswith(element):
+            raise fail(element)
+        else:
+            rest = rest[len(element) :]
+    if micro:
+        if len(rest) < 7 or rest[0] != "." or not rest[1:7].isdigit():
+            raise fail(".000000")
+        rest = rest[7:]
+    elif len(rest) >= 2 and rest[0] in ".," and rest[1].isdigit():
+        i = 1
+        while i < len(rest) and rest[i].isdigit():
+            i += 1
+        rest = rest[i:]
+    if rest.startswith("Z"):
+        rest = rest[1:]
+    elif len(rest) >= 6 and rest[0] in "+-" and rest[1:3].isdigit() and rest[3] == ":" and rest[4:6].isdigit():
+        rest = rest[6:]
+    else:
+        raise fail("Z07:00")
+    if rest:
+        raise ValueError(f'parsing time "{value}": extra text: "{rest}"')
+    month, day, hour, minute, second = (int(value[i : i + 2]) for i in (5, 8, 11, 14, 17))
+    for bad, what in (
+        (not 1 <= month <= 12, "month"),
+        (not 1 <= day <= 31, "day"),
+        (hour > 23, "hour"),
+        (minute > 59, "minute"),
+        (second > 59, "second"),
+    ):
+        if bad:
+            raise ValueError(f'parsing time "{value}": {what} out of range')
+
+
+# Typed fields checked at decode time, per (group, kind): (path, go struct, what) where what is
+# "micro" (MicroTime), "time" (Time) or "strmap" (map of strings).
+_TYPED_FIELDS: dict[tuple[str, str], tuple[tuple[str, str, str], ...]] = {
+    ("coordination.k8s.io", "Lease"): (
+        ("spec.acquireTime", "LeaseSpec", "micro"),
+        ("spec.renewTime", "LeaseSpec", "micro"),
+    ),
+    ("", "Event"): (
+        ("eventTime", "Event", "micro"),
+        ("series.lastObservedTime", "EventSeries", "micro"),
+        ("firstTimestamp", "Event", "time"),
+        ("lastTimestamp", "Event", "time"),
+    ),
+    ("events.k8s.io", "Event"): (("eventTime", "Event", "micro"), ("series.lastObservedTime", "EventSeries", "micro")),
+    ("", "ConfigMap"): (("data", "ConfigMap", "strmap"), ("binaryData", "ConfigMap", "strmap")),
+    ("", "Secret"): (("data", "Secret", "strmap"), ("stringData", "Secret", "strmap")),
+}
+
+
+def _at(obj: Obj, path: str) -> Any:
+    cur: Any = obj
+    for seg in path.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(seg)
+    return cur
+
+
+def decode_check(group: str, kind: str, obj: Obj) -> None:
+    """Raise :class:`DecodeError` for a value the server's decoder would refuse."""
+    for key, owner in (("labels", "ObjectMeta"), ("annotations", "ObjectMeta")):
+        _check_str_map((obj.get("metadata") or {}).get(key), f"{owner}.metadata.{key}")
+    for path, owner, what in _TYPED_FIELDS.get((group, kind), ()):
+        value = _at(obj, path)
+        if value is None:
+            continue
+        if what == "strmap":
+            _check_str_map(value, f"{owner}.{path}")
+            continue
+        if not isinstance(value, str):
+            raise DecodeError(
+                f"json: cannot unmarshal {json_kind(value)} into Go struct field {owner}.{path} of type string"
+            )
+        try:
+            go_parse_time(value, micro=what == "micro")
+        except ValueError as exc:
+            raise DecodeError(str(exc)) from None
+
+
+def _check_str_map(value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        return
+    for v in value.values():
+        if v is not None and not isinstance(v, str):
+            kind = json_kind(v)
+            go_type = "int64" if isinstance(v, int) and not isinstance(v, bool) else _GO_TYPES.get(kind, kind)
+            raise DecodeError(
+                f"json: cannot unmarshal {kind} into Go struct field {where} of type string",
+                f"cannot convert {go_type} to string",
+            )
+
+
 # --- leases --------------------------------------------------------------------------------
 
 
-def micro_time(value: Any, field: str, kind: str, version: str) -> str:
-    """Normalise an RFC 3339 time to the server's MicroTime form (``…:05.123456Z``).
-
-    kubernetes-asyncio sends ``datetime.isoformat()`` (``+00:00`` offsets); the server re-encodes
-    what it decoded, so clients read back the canonical form.
-    """
+def normalise_micro_time(value: str) -> str:
+    """A MicroTime as the server re-encodes it: UTC, ``…:05.123456Z`` (input already checked)."""
     from datetime import UTC, datetime
 
-    try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        if parsed.tzinfo is None:
-            raise ValueError("no time zone")
-    except ValueError:
-        raise errors.bad_request(
-            f'{kind} in version "{version}" cannot be handled as a {kind}: parsing time "{value}" as '
-            f'"2006-01-02T15:04:05.000000Z07:00": cannot parse "{value}" ({field})'
-        ) from None
-    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def normalise_lease(lease: Obj) -> None:
@@ -466,4 +613,4 @@ def normalise_lease(lease: Obj) -> None:
     if isinstance(spec, dict):
         for f in ("acquireTime", "renewTime"):
             if spec.get(f) is not None:
-                spec[f] = micro_time(spec[f], f"spec.{f}", "Lease", "v1")
+                spec[f] = normalise_micro_time(spec[f])

@@ -7,14 +7,16 @@ directly. Every method is synchronous — no awaits — so each operation is ato
 from __future__ import annotations
 
 import base64
+import posixpath
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
+import yaml
 
-from . import admission, errors
+from . import admission, errors, options
 from . import patch as patches
 from . import schema as crd_schema
 from .builtin_schema import prune_builtin, prune_object_meta
@@ -22,15 +24,25 @@ from .errors import ApiError, Cause
 from .quantity import canonicalise_pod
 from .resources import (
     APPLY_PATCH,
-    APPLY_PATCH_CBOR,
     JSON_PATCH,
     MERGE_PATCH,
+    STRATEGIC_PATCH,
     Registry,
     ResourceType,
     types_from_crd,
 )
 from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
-from .store import Obj, Store, clone
+from .store import Obj, ObjKey, Store, clone
+
+CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+# The internal API group each built-in kind decodes into (named in the server's conversion errors).
+_INTERNAL_GROUP = {
+    "": "core",
+    "events.k8s.io": "core",
+    "rbac.authorization.k8s.io": "rbac",
+    "coordination.k8s.io": "coordination",
+    "apiextensions.k8s.io": "apiextensions",
+}
 
 GC_FINALIZERS = ("orphan", "foregroundDeletion")
 
@@ -101,22 +113,46 @@ class Api:
             )
         return meta
 
-    def _check_type_meta(self, rt: ResourceType, body: Obj) -> None:
+    def _check_type_meta(self, rt: ResourceType, body: Obj, raw: bytes | None = None) -> None:
         api_version, kind = body.get("apiVersion"), body.get("kind")
         if rt.is_custom:
             if not kind:
-                raise errors.bad_request(f"Object 'Kind' is missing in '{_short_json(body)}'")
-            if not api_version:
-                raise errors.bad_request(f"Object 'apiVersion' is missing in '{_short_json(body)}'")
-        if api_version and api_version != rt.api_version:
+                sent = raw if raw is not None else msgspec.json.encode(body)
+                why = f"Object 'Kind' is missing in '{sent.decode(errors='replace')}'"
+                raise errors.unrecognized_object(rt.kind, why, sent)
+            if api_version != rt.api_version:
+                raise errors.bad_request(
+                    f"the API version in the data ({api_version or ''}) does not match the expected API version ({rt.api_version})"
+                )
+            if kind != rt.kind:
+                name = (body.get("metadata") or {}).get("name", "")
+                cause = Cause("FieldValueInvalid", errors.invalid_value(kind, f"must be {rt.kind}"), "kind")
+                raise errors.invalid(rt.group, kind, name, [cause])
+        elif api_version and api_version != rt.api_version:
+            version = api_version.rpartition("/")[2]
             raise errors.bad_request(
-                f"the API version in the data ({api_version}) does not match the expected API version ({rt.api_version})"
+                f'{kind or rt.kind} in version "{version}" cannot be handled as a {rt.kind}: no kind "{kind or rt.kind}" '
+                f'is registered for version "{api_version}" in scheme "pkg/runtime/scheme.go:111"'
             )
-        if kind and kind != rt.kind:
-            raise errors.bad_request(
-                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: kind {kind} does not match {rt.kind}'
-            )
+        elif kind and kind != rt.kind:
+            internal = _INTERNAL_GROUP.get(rt.group, rt.group)
+            if self.registry.by_kind(rt.api_version, kind) is not None:
+                why = f"converting ({rt.version}.{kind}) to ({internal}.{rt.kind}): unknown conversion"
+            else:
+                why = f'no kind "{kind}" is registered for version "{rt.api_version}" in scheme "pkg/runtime/scheme.go:111"'
+            raise errors.bad_request(f'{kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {why}')
         body["apiVersion"], body["kind"] = rt.api_version, rt.kind
+
+    def _decode(self, rt: ResourceType, obj: Obj) -> None:
+        """The typed decoding of a write's body: a value the decoder refuses is a 400."""
+        if rt.is_custom:
+            return
+        try:
+            admission.decode_check(rt.group, rt.kind, obj)
+        except admission.DecodeError as exc:
+            raise errors.bad_request(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {exc.json_message}'
+            ) from None
 
     def _check_namespace(self, rt: ResourceType, meta: Obj, namespace: str) -> None:
         body_ns = meta.get("namespace") or ""
@@ -156,17 +192,23 @@ class Api:
 
     def _validate(self, rt: ResourceType, obj: Obj) -> None:
         meta = obj["metadata"]
-        causes = admission.metadata_causes(obj, label_only_name=rt.kind == "Namespace")
+        core_event = rt.kind == "Event" and not rt.group
+        causes = admission.metadata_causes(obj, label_only_name=rt.kind == "Namespace", check_name=not core_event)
         if rt.kind == "Pod":
             causes += admission.validate_pod(obj)
+        elif rt.kind == "ConfigMap" and not rt.group:
+            causes += admission.validate_config_map(obj)
         if causes:
             raise errors.invalid(rt.group, rt.kind, meta.get("name", ""), causes)
 
     # --- create ------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, namespace: str, body: Any, field_validation: str = "Warn") -> WriteResult:
+    def create(
+        self, rt: ResourceType, namespace: str, body: Any, field_validation: str = "Warn", raw: bytes | None = None
+    ) -> WriteResult:
         meta = self._object_meta(body, rt)
-        self._check_type_meta(rt, body)
+        self._check_type_meta(rt, body, raw)
+        self._decode(rt, body)
         self._check_namespace(rt, meta, namespace)
         if meta.get("resourceVersion"):
             raise errors.internal("resourceVersion should not be set on objects to be created")
@@ -177,6 +219,15 @@ class Api:
                 raise errors.not_found("", "namespaces", namespace)
             if (ns_obj.get("metadata") or {}).get("deletionTimestamp"):
                 raise admission.namespace_terminating(rt.group, rt.plural, shown, namespace)
+        if rt.is_custom:
+            crd = self.store.get("apiextensions.k8s.io/customresourcedefinitions", "", rt.crd_name)
+            if crd is not None and crd["metadata"].get("deletionTimestamp"):
+                raise errors.forbidden(
+                    rt.group,
+                    rt.plural,
+                    meta.get("name") or meta.get("generateName", ""),
+                    "create not allowed while custom resource definition is terminating",
+                )
         generated = False
         if not meta.get("name"):
             base = meta.get("generateName")
@@ -185,7 +236,7 @@ class Api:
                     rt.group,
                     rt.kind,
                     "",
-                    [Cause("FieldValueRequired", "name or generateName is required", "metadata.name")],
+                    [Cause("FieldValueRequired", "Required value: name or generateName is required", "metadata.name")],
                 )
             meta["name"] = admission.generate_name(base)
             generated = True
@@ -242,32 +293,202 @@ class Api:
             admission.default_namespace(obj)
         elif rt.kind == "Lease":
             admission.normalise_lease(obj)
+        elif rt.kind == "Event":
+            causes = admission.validate_event(obj, events_api=rt.group == "events.k8s.io")
+            if causes:
+                raise errors.invalid("", "Event", obj["metadata"]["name"], causes)
         elif rt.kind == "CustomResourceDefinition":
             self._crd_prepare(obj)
+            obj["status"] = {
+                "conditions": None,
+                "acceptedNames": {"plural": "", "kind": ""},
+                "storedVersions": [v["name"] for v in obj["spec"].get("versions") or [] if v.get("storage")],
+            }
 
     def _after_create(self, rt: ResourceType, obj: Obj) -> None:
-        if rt.kind == "Namespace" and not rt.group:
-            ns = obj["metadata"]["name"]
+        """Hook after a stored create. Namespace defaults and CRD establishment are controllers'
+        work (see ``gc.Controllers``): they happen shortly after, as on a real cluster."""
+
+    # --- what kube-controller-manager and the apiextensions controllers do ---------------------
+
+    def ensure_namespace_defaults(self, name: str) -> bool:
+        """The service-account and root-CA controllers: a namespace gets its ``default``
+        ServiceAccount and ``kube-root-ca.crt`` ConfigMap. True when something was created."""
+        ns = self.store.get("/namespaces", "", name)
+        if ns is None or ns["metadata"].get("deletionTimestamp"):
+            return False
+        created = False
+        if self.store.get("/serviceaccounts", name, "default") is None:
             sa_rt = self.registry.lookup("", "v1", "serviceaccounts")
+            assert sa_rt is not None
+            self.create(sa_rt, name, {"metadata": {"name": "default"}})
+            created = True
+        if self.store.get("/configmaps", name, "kube-root-ca.crt") is None:
             cm_rt = self.registry.lookup("", "v1", "configmaps")
-            assert sa_rt and cm_rt
-            # Controllers in a real cluster add these shortly after; pods depend on both.
-            self.create(sa_rt, ns, {"metadata": {"name": "default"}})
+            assert cm_rt is not None
             ca = "-----BEGIN CERTIFICATE-----\nemulator\n-----END CERTIFICATE-----\n"
+            description = (
+                "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints "
+                "such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across "
+                "distributions of Kubernetes clusters."
+            )
             self.create(
                 cm_rt,
-                ns,
+                name,
                 {
-                    "metadata": {
-                        "name": "kube-root-ca.crt",
-                        "annotations": {"kubernetes.io/description": "emulated cluster CA"},
-                    },
+                    "metadata": {"name": "kube-root-ca.crt", "annotations": {"kubernetes.io/description": description}},
                     "data": {"ca.crt": ca},
                 },
             )
-        elif rt.kind == "CustomResourceDefinition":
-            for t in types_from_crd(obj):
-                self.registry.add(t)
+            created = True
+        return created
+
+    def establish_crd(self, name: str) -> bool:
+        """The naming and establishing controllers: accept a new CRD's names (unless another CRD
+        of the group uses them), mark it Established and start serving its kinds."""
+        crd_key = "apiextensions.k8s.io/customresourcedefinitions"
+        crd = self.store.get(crd_key, "", name)
+        if crd is None or crd["metadata"].get("deletionTimestamp"):
+            return False
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            return False
+        spec = crd["spec"]
+        names = dict(spec.get("names") or {})
+        conflict, accepted = self._crd_names(name, spec.get("group", ""), names)
+        if conflict is not None and any(
+            c.get("type") == "NamesAccepted" and c.get("reason") == conflict[0] for c in conditions
+        ):
+            return False  # already reported
+        now = now_rfc3339()
+        new = clone(crd)
+        status = new.setdefault("status", {})
+        if conflict is not None:
+            status["acceptedNames"] = accepted
+            status["conditions"] = [
+                {
+                    "type": "NamesAccepted",
+                    "status": "False",
+                    "lastTransitionTime": now,
+                    "reason": conflict[0],
+                    "message": conflict[1],
+                },
+                {
+                    "type": "Established",
+                    "status": "False",
+                    "lastTransitionTime": now,
+                    "reason": "NotAccepted",
+                    "message": "not all names are accepted",
+                },
+            ]
+            self.store.replace(crd_key, new)
+            return True
+        status["conditions"] = [
+            {
+                "type": "NamesAccepted",
+                "status": "True",
+                "lastTransitionTime": now,
+                "reason": "NoConflicts",
+                "message": "no conflicts found",
+            },
+            {
+                "type": "Established",
+                "status": "True",
+                "lastTransitionTime": now,
+                "reason": "InitialNamesAccepted",
+                "message": "the initial names have been accepted",
+            },
+        ]
+        status["acceptedNames"] = names
+        self.store.replace(crd_key, new)
+        self._serve_crd(new)
+        return True
+
+    def _serve_crd(self, crd: Obj) -> None:
+        self.registry.remove_crd(crd["metadata"]["name"])
+        for t in types_from_crd(crd):
+            if t.key not in self.store.windows:  # first served now: its watch history starts here
+                self.store.open_window(t.key)
+            self.registry.add(t)
+
+    def _crd_names(self, name: str, group: str, names: Obj) -> tuple[tuple[str, str] | None, Obj]:
+        """The naming controller: ``(conflict, accepted names)`` against the accepted names of the
+        group's other CRDs. Names in use elsewhere are not accepted; the last conflict is reported."""
+        taken_resources: set[str] = set()
+        taken_kinds: set[str] = set()
+        for other in self.store.items("apiextensions.k8s.io/customresourcedefinitions"):
+            if other["metadata"]["name"] == name or (other.get("spec") or {}).get("group") != group:
+                continue
+            accepted = (other.get("status") or {}).get("acceptedNames") or {}
+            taken_resources |= {accepted.get("plural", ""), accepted.get("singular", "")}
+            taken_resources |= set(accepted.get("shortNames") or [])
+            taken_kinds |= {accepted.get("kind", ""), accepted.get("listKind", "")}
+        taken_resources.discard("")
+        taken_kinds.discard("")
+        conflict = None
+        accepted: Obj = {"plural": "", "kind": ""}
+        for which, pool, reason in (
+            ("plural", taken_resources, "PluralConflict"),
+            ("singular", taken_resources, "SingularConflict"),
+            ("shortNames", taken_resources, "ShortNamesConflict"),
+            ("kind", taken_kinds, "KindConflict"),
+            ("listKind", taken_kinds, "ListKindConflict"),
+            ("categories", set(), ""),
+        ):
+            value = names.get(which)
+            if not value:
+                continue
+            clash = (
+                next((v for v in value if v in pool), None)
+                if isinstance(value, list)
+                else value
+                if value in pool
+                else None
+            )
+            if clash is None:
+                accepted[which] = value
+            else:
+                conflict = (reason, f'"{clash}" is already in use')
+        return conflict, accepted
+
+    def clean_up_crd(self, name: str) -> bool:
+        """The CRD finalizer controller: delete a terminating CRD's objects, then release it."""
+        crd_key = "apiextensions.k8s.io/customresourcedefinitions"
+        crd = self.store.get(crd_key, "", name)
+        if crd is None or not crd["metadata"].get("deletionTimestamp"):
+            return False
+        if CRD_CLEANUP_FINALIZER not in (crd["metadata"].get("finalizers") or []):
+            return False
+        changed = False
+        terminating = next((c for c in crd["status"].get("conditions") or [] if c.get("type") == "Terminating"), None)
+        if terminating is not None and terminating.get("reason") == "InstanceDeletionPending":
+            crd = clone(crd)
+            terminating = next(c for c in crd["status"]["conditions"] if c.get("type") == "Terminating")
+            terminating.update(reason="InstanceDeletionInProgress", message="CustomResource deletion is in progress")
+            self.store.replace(crd_key, crd)
+            changed = True
+        types = [t for t in self.registry.all() if t.is_custom and t.crd_name == name]
+        remaining = False
+        for t in types[:1]:  # every version shares one storage
+            for obj in list(self.store.items(t.key)):
+                remaining = True
+                if not obj["metadata"].get("deletionTimestamp"):
+                    m = obj["metadata"]
+                    self.delete(t, m.get("namespace", ""), m["name"], DeleteOptions(propagation_policy="Background"))
+                    changed = True
+        if remaining:
+            return changed
+        crd = clone(self.store.get(crd_key, "", name))
+        fins = [f for f in crd["metadata"].get("finalizers") or [] if f != CRD_CLEANUP_FINALIZER]
+        if fins:
+            crd["metadata"]["finalizers"] = fins
+            self.store.replace(crd_key, crd)
+        else:
+            self.store.remove(crd_key, "", name)
+            crd_rt = self.registry.lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            assert crd_rt is not None
+            self._after_delete(crd_rt, crd)
+        return True
 
     def _crd_prepare(self, crd: Obj) -> None:
         spec = crd.get("spec") or {}
@@ -294,27 +515,6 @@ class Api:
         for v in spec.get("versions") or []:
             v.setdefault("served", True)
         spec.setdefault("conversion", {"strategy": "None"})
-        t = now_rfc3339()
-        crd["status"] = {
-            "conditions": [
-                {
-                    "type": "NamesAccepted",
-                    "status": "True",
-                    "reason": "NoConflicts",
-                    "message": "no conflicts found",
-                    "lastTransitionTime": t,
-                },
-                {
-                    "type": "Established",
-                    "status": "True",
-                    "reason": "InitialNamesAccepted",
-                    "message": "the initial names have been accepted",
-                    "lastTransitionTime": t,
-                },
-            ],
-            "acceptedNames": dict(names),
-            "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],
-        }
 
     # --- read ----------------------------------------------------------------------------------
 
@@ -329,18 +529,29 @@ class Api:
         field_selector: str | None = None,
         limit: int = 0,
         continue_token: str | None = None,
+        exact_rv: int | None = None,
     ) -> ListResult:
+        """A list in storage-key order; ``continue_token`` resumes a paged list on its snapshot,
+        ``exact_rv`` lists the state at that resourceVersion (``resourceVersionMatch=Exact``)."""
         labels = parse_label_selector(label_selector)
-        fields = parse_field_selector(field_selector, rt.selectable_fields, rt.is_custom)
+        fields = parse_field_selector(field_selector, rt.selectable_fields)
         ns_filter = namespace if rt.namespaced else None
-        if continue_token:
-            rv, start = decode_continue(continue_token)
+        start = None
+        if continue_token or exact_rv is not None:
+            if continue_token:
+                rv, start = decode_continue(continue_token)
+                too_old = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."
+            else:
+                rv, too_old = int(exact_rv or 0), "The resourceVersion for the provided list is too old."
             if rv < self.store.oldest_replayable():
-                raise errors.gone(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."
-                )
+                raise errors.gone(too_old)
             snapshot = self.store.snapshot_at(rt.key, rv)
-            keys = sorted(k for k in snapshot if (ns_filter is None or k[0] == ns_filter) and k > start)
+            keys = sorted(
+                (k for k in snapshot if ns_filter is None or k[0] == ns_filter),
+                key=lambda k: _list_key(rt, ns_filter, k),
+            )
+            if start is not None:
+                keys = [k for k in keys if _list_key(rt, ns_filter, k) > start]
             pool = [snapshot[k] for k in keys]
         else:
             rv = self.store.rv
@@ -351,11 +562,12 @@ class Api:
                 pool = [found] if found is not None else []
             else:
                 pool = self.store.items(rt.key, ns_filter)
+        filtered = bool(labels.requirements or fields)
         matched = []
-        last_key: tuple[str, str] | None = None
+        last_key: ObjKey | None = None
         more = False
         for obj in pool:
-            if (labels or fields) and not (labels_match(labels, obj) and fields_match(fields, obj)):
+            if filtered and not (labels_match(labels, obj) and fields_match(fields, obj)):
                 continue
             if limit and len(matched) >= limit:
                 more = True
@@ -366,8 +578,8 @@ class Api:
         token = ""
         remaining = None
         if more and last_key is not None:
-            token = encode_continue(rv, last_key)
-            if not labels and not fields:
+            token = encode_continue(rv, _list_key(rt, ns_filter, last_key))
+            if not filtered:
                 remaining = len(pool) - pool.index(matched[-1]) - 1 if matched else None
         return ListResult(matched, rv, token, remaining)
 
@@ -381,9 +593,11 @@ class Api:
         body: Any,
         subresource: str = "",
         field_validation: str = "Warn",
+        raw: bytes | None = None,
     ) -> WriteResult:
         meta = self._object_meta(body, rt)
-        self._check_type_meta(rt, body)
+        self._check_type_meta(rt, body, raw)
+        self._decode(rt, body)
         if meta.get("name", "") != name:
             raise errors.bad_request(
                 f"the name of the object ({meta.get('name', '')}) does not match the name on the URL ({name})"
@@ -391,10 +605,13 @@ class Api:
         self._check_namespace(rt, meta, namespace)
         old = self._require(rt, namespace, name)
         if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
+            key = f"/registry/{rt.group + '/' if rt.is_custom or rt.kind == 'CustomResourceDefinition' else ''}{rt.plural}"
+            key += f"/{namespace}/{name}" if rt.namespaced else f"/{name}"
             raise errors.conflict(
                 rt.group,
                 rt.plural,
                 name,
+                f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: "
                 f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {old['metadata']['uid']}",
             )
         return self._write_update(rt, old, body, subresource, is_put=True, field_validation=field_validation)
@@ -410,35 +627,40 @@ class Api:
         raw: bytes,
         subresource: str = "",
         field_validation: str = "Warn",
+        field_manager: str = "",
     ) -> WriteResult:
         ctype = content_type.split(";", maxsplit=1)[0].strip().lower()
         accepted = rt.patch_types()
-        if ctype in (APPLY_PATCH, APPLY_PATCH_CBOR):
-            # Server-side apply is not emulated: answer like a server that lacks the media type,
-            # and say so, so a client author sees why instead of guessing.
-            err = errors.unsupported_media_type([t for t in accepted if t not in (APPLY_PATCH, APPLY_PATCH_CBOR)])
-            err.message += " (server-side apply is not supported by the runnerscale API emulator: use a merge or strategic merge patch)"
-            raise err
         if ctype not in accepted:
-            raise errors.unsupported_media_type(accepted)
+            if rt.is_custom:
+                raise errors.unsupported_media_type(accepted)
+            err = ApiError(415, "UnsupportedMediaType", "415: Unsupported Media Type")
+            err.empty_details = True
+            raise err
+        if ctype == APPLY_PATCH:
+            return self._apply(rt, namespace, name, raw, subresource, field_validation, field_manager)
         try:
-            doc = msgspec.json.decode(raw) if raw.strip() else None
-        except msgspec.DecodeError as exc:
-            if ctype == JSON_PATCH:
-                raise errors.bad_request(f"error decoding patch: {exc}") from None
-            raise errors.bad_request(f"error decoding patch: invalid JSON patch: {exc}") from None
-        if doc is None:
-            raise errors.bad_request("empty patch")
+            doc = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            raise errors.bad_request("invalid JSON patch") from None
         if ctype == JSON_PATCH:
-            try:
-                ops = patches.validate_json_patch(doc)
-            except patches.PatchError as exc:
-                raise errors.bad_request(f"error decoding patch: {exc}") from None
-        elif not isinstance(doc, dict):
-            raise ApiError(
-                422,
-                "Invalid",
-                f'couldn\'t get version/kind; json parse error: json: cannot unmarshal {"array" if isinstance(doc, list) else "string"} into Go value of type struct {{ APIVersion string "json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }}',
+            if doc is None:
+                ops: list[dict[str, Any]] = []
+            else:
+                try:
+                    ops = patches.validate_json_patch(doc)
+                except patches.PatchError as exc:
+                    raise errors.bad_request(f"error decoding patch: {exc}") from None
+        elif ctype == MERGE_PATCH:
+            if doc is None:
+                raise errors.bad_request("Invalid JSON Patch")
+            if not isinstance(doc, dict):
+                raise errors.bad_request(
+                    f"error decoding patch: json: cannot unmarshal {errors.json_kind(doc)} into Go value of type map[string]interface {{}}"
+                )
+        elif doc is not None and not isinstance(doc, dict):
+            raise errors.bad_request(
+                f"json: cannot unmarshal {errors.json_kind(doc)} into Go value of type map[string]interface {{}}"
             )
         old = self._require(rt, namespace, name)
         try:
@@ -447,20 +669,43 @@ class Api:
             elif ctype == MERGE_PATCH:
                 new = patches.apply_merge_patch(old, doc)
             else:
-                new = patches.apply_strategic_merge_patch(old, doc, rt.smp_rules)
-        except patches.PatchFailed as exc:
-            # NewGenericServerResponse(422): generic message, the patch library's text as a cause.
-            raise ApiError(
-                422,
-                "Invalid",
-                "the server rejected our request due to an error in our request",
-                causes=[Cause("UnexpectedServerResponse", str(exc))],
-            ) from None
+                new = patches.apply_strategic_merge_patch(old, doc or {}, rt.smp_rules)
+        except patches.PatchFailed:
+            # NewGenericServerResponse(422) with the generic message and empty details.
+            raise ApiError(422, "Invalid", "the server rejected our request due to an error in our request") from None
+        except patches.PatchTypeError as exc:
+            raise errors.internal(str(exc)) from None
         except patches.PatchError as exc:
             raise errors.bad_request(str(exc)) from None
         if not isinstance(new, dict):
             raise ApiError(422, "Invalid", "the server rejected our request due to an error in our request")
+        self._decode_patched(rt, new, doc if ctype == STRATEGIC_PATCH else None)
+        return self._update_from_patch(rt, namespace, name, old, new, subresource, field_validation)
+
+    def _decode_patched(self, rt: ResourceType, new: Obj, smp_doc: Any) -> None:
+        """A patched object the decoder refuses is a 422 on the field ``patch``: the value shown is
+        the patched object's JSON, or for a strategic merge patch the patch in Go's map notation."""
+        if rt.is_custom:
+            return
+        try:
+            admission.decode_check(rt.group, rt.kind, new)
+        except admission.DecodeError as exc:
+            if smp_doc is not None:
+                shown, why = patches.go_repr(smp_doc), exc.converter_message
+            else:
+                shown, why = msgspec.json.encode(new).decode(), exc.json_message
+            raise errors.invalid(
+                "", "", "", [Cause("FieldValueInvalid", errors.invalid_value(shown, why), "patch")]
+            ) from None
+
+    def _update_from_patch(
+        self, rt: ResourceType, namespace: str, name: str, old: Obj, new: Obj, subresource: str, field_validation: str
+    ) -> WriteResult:
         meta = self._object_meta(new, rt)
+        if not meta.get("name"):
+            raise errors.bad_request(
+                f"the name of the object ({name} based on URL) was undeterminable: name must be provided"
+            )
         if meta.get("name") != name:
             raise errors.bad_request(
                 f"the name of the object ({meta.get('name', '')}) does not match the name on the URL ({name})"
@@ -472,6 +717,48 @@ class Api:
         if new.get("apiVersion") != rt.api_version or new.get("kind") != rt.kind:
             new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         return self._write_update(rt, old, new, subresource, is_put=False, field_validation=field_validation)
+
+    def _apply(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        raw: bytes,
+        subresource: str,
+        field_validation: str,
+        field_manager: str,
+    ) -> WriteResult:
+        """Server-side apply, a subset: the applied configuration creates the object or is merged
+        into it (maps recursively, lists by their merge keys or list-type, else replaced). Field
+        ownership is not tracked: no managedFields, no conflicts, and fields left out of a later
+        apply stay."""
+        options.apply_field_manager_required(field_manager)
+        try:
+            doc = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise errors.bad_request(f"error decoding patch: error converting YAML to JSON: yaml: {exc}") from None
+        if not isinstance(doc, dict):
+            doc = {}
+        api_version, kind = doc.get("apiVersion") or "", doc.get("kind") or ""
+        if api_version != rt.api_version or kind != rt.kind:
+            group, _, version = api_version.rpartition("/")
+            raise errors.bad_request(f"invalid object type: {group}/{version}, Kind={kind}")
+        meta = self._object_meta(doc, rt)
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+            )
+        meta["name"] = name
+        old = self.store.get(rt.key, namespace if rt.namespaced else "", name)
+        if old is None:
+            if subresource:
+                raise errors.not_found(rt.group, rt.plural, name)
+            return self.create(rt, namespace, doc, field_validation)
+        if meta.get("resourceVersion") and meta["resourceVersion"] != old["metadata"].get("resourceVersion"):
+            raise errors.conflict(rt.group, rt.plural, name, errors.STALE)
+        new = patches.apply_configuration(old, doc, rt.smp_rules, rt.schema)
+        self._decode_patched(rt, new, None)
+        return self._update_from_patch(rt, namespace, name, old, new, subresource, field_validation)
 
     # --- the update pipeline shared by PUT and PATCH ----------------------------------------
 
@@ -489,14 +776,14 @@ class Api:
             raise ApiError(
                 422,
                 "Invalid",
-                f'{errors.qualified(rt.group, rt.plural)} "{name}" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update',
+                f'{errors.qualified(rt.group, rt.plural)} "{name}" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update',
                 name=name,
                 group=rt.group,
                 kind=rt.plural,
                 causes=[
                     Cause(
                         "FieldValueInvalid",
-                        "Invalid value: 0x0: must be specified for an update",
+                        "Invalid value: 0: must be specified for an update",
                         "metadata.resourceVersion",
                     )
                 ],
@@ -538,18 +825,14 @@ class Api:
             added = [f for f in meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
             if added:
                 shown = "[]string{" + ", ".join(f'"{f}"' for f in added) + "}"
-                raise errors.invalid(
-                    rt.group,
-                    rt.kind,
-                    name,
-                    [
-                        Cause(
-                            "FieldValueForbidden",
-                            f"Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {shown}",
-                            "metadata.finalizers",
-                        )
-                    ],
+                cause = Cause(
+                    "FieldValueForbidden",
+                    f"Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {shown}",
+                    "metadata.finalizers",
                 )
+                # Custom resources run the metadata update check twice (strategy and registry):
+                # the cause is listed twice, the message once.
+                raise errors.invalid(rt.group, rt.kind, name, [cause, cause] if rt.is_custom else [cause])
         _normalise_meta(meta)
         self._validate(rt, new)
         if rt.has_generation and subresource != "status" and _spec_changed(rt, old, new):
@@ -568,10 +851,8 @@ class Api:
         if new == old:
             return WriteResult(old, warnings)  # a no-op write is not a write: no new RV, no event
         self._replace(rt.key, new)
-        if rt.kind == "CustomResourceDefinition" and not self._dry:
-            self.registry.remove_crd(name)
-            for t in types_from_crd(new):
-                self.registry.add(t)
+        if rt.kind == "CustomResourceDefinition" and not self._dry and _established(new):
+            self._serve_crd(new)  # an established CRD's changes are served at once
         return WriteResult(new, warnings)
 
     def _status_update(self, rt: ResourceType, old: Obj, new: Obj) -> Obj:
@@ -655,6 +936,20 @@ class Api:
             raise errors.conflict("", "pods/binding", name, f'pod {name} is already assigned to node "{current}"')
         new = clone(pod)
         new["spec"]["nodeName"] = node
+        # The binding also records the scheduling (status keys kept in the server's field order).
+        status = new.get("status") or {}
+        scheduled = {
+            "type": "PodScheduled",
+            "status": "True",
+            "lastProbeTime": None,
+            "lastTransitionTime": now_rfc3339(),
+        }
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"] + [scheduled]
+        new["status"] = {
+            **{k: v for k, v in status.items() if k == "phase"},
+            "conditions": conditions,
+            **{k: v for k, v in status.items() if k not in ("phase", "conditions")},
+        }
         for k in ("labels", "annotations"):
             if meta.get(k):
                 new["metadata"].setdefault(k, {}).update(meta[k])
@@ -667,22 +962,24 @@ class Api:
         opts = opts or DeleteOptions()
         obj = self._require(rt, namespace, name)
         meta = obj["metadata"]
-        if opts.precondition_uid and opts.precondition_uid != meta.get("uid"):
-            raise errors.conflict(
-                rt.group,
-                rt.plural,
-                name,
-                f"Precondition failed: UID in precondition: {opts.precondition_uid}, UID in object meta: {meta.get('uid')}",
-            )
-        if opts.precondition_rv and opts.precondition_rv != meta.get("resourceVersion"):
-            raise errors.conflict(
-                rt.group,
-                rt.plural,
-                name,
-                f"Precondition failed: ResourceVersion in precondition: {opts.precondition_rv}, ResourceVersion in object meta: {meta.get('resourceVersion')}",
-            )
+        # Checked before the delete strategy runs (rest.BeforeDelete): the Kind names the object.
+        for precondition, have, what, why in (
+            (opts.precondition_uid, meta.get("uid"), "UID", "deleted and then recreated"),
+            (opts.precondition_rv, meta.get("resourceVersion"), "ResourceVersion", "modified"),
+        ):
+            if precondition and precondition != have:
+                err = errors.conflict(
+                    rt.group,
+                    rt.kind,
+                    name,
+                    f"the {what} in the precondition ({precondition}) does not match the {what} in record ({have}). "
+                    f"The object might have been {why}",
+                )
+                raise err
         if rt.kind == "Namespace" and not rt.group:
             return self._delete_namespace(rt, obj)
+        if rt.kind == "CustomResourceDefinition":
+            return self._delete_crd(rt, obj)
         fins = list(meta.get("finalizers") or [])
         policy = opts.propagation_policy
         if policy == "Foreground":
@@ -759,10 +1056,103 @@ class Api:
             return WriteResult(obj)
         new = clone(obj)
         new["metadata"]["deletionTimestamp"] = now_rfc3339()
-        new["metadata"]["deletionGracePeriodSeconds"] = 0
         new.setdefault("status", {})["phase"] = "Terminating"
         self._replace(rt.key, new)
         return WriteResult(new)
+
+    def _delete_crd(self, rt: ResourceType, crd: Obj) -> WriteResult:
+        """A CRD is not removed at once: it gets the cleanup finalizer and a Terminating condition,
+        its kinds stay served while the finalizer controller deletes their objects."""
+        if crd["metadata"].get("deletionTimestamp"):
+            return WriteResult(crd)
+        new = clone(crd)
+        meta = new["metadata"]
+        meta["deletionTimestamp"] = now_rfc3339()
+        meta["deletionGracePeriodSeconds"] = 0
+        meta["finalizers"] = [*(meta.get("finalizers") or []), CRD_CLEANUP_FINALIZER]
+        if rt.has_generation:
+            meta["generation"] = int(meta.get("generation") or 0) + 1
+        status = new.setdefault("status", {})
+        status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Terminating"] + [
+            {
+                "type": "Terminating",
+                "status": "True",
+                "lastTransitionTime": meta["deletionTimestamp"],
+                "reason": "InstanceDeletionPending",
+                "message": "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon",
+            }
+        ]
+        self._replace(rt.key, new)
+        return WriteResult(new)
+
+    def report_namespace_deletion(self, name: str, remaining: list[tuple[str, Obj]]) -> None:
+        """The namespace controller's status conditions on a Terminating namespace: what content
+        and which finalizers still hold it."""
+        ns = self.store.get("/namespaces", "", name)
+        if ns is None:
+            return
+        by_resource: dict[str, int] = {}
+        by_finalizer: dict[str, int] = {}
+        for key, obj in remaining:
+            group, _, plural = key.partition("/")
+            by_resource[f"{plural}.{group}"] = by_resource.get(f"{plural}.{group}", 0) + 1
+            for f in obj["metadata"].get("finalizers") or []:
+                by_finalizer[f] = by_finalizer.get(f, 0) + 1
+        content = sorted(f"{r} has {n} resource instances" for r, n in by_resource.items())
+        held = sorted(f"{f} in {n} resource instances" for f, n in by_finalizer.items())
+        wanted = [
+            (
+                "NamespaceDeletionDiscoveryFailure",
+                "False",
+                "ResourcesDiscovered",
+                "All resources successfully discovered",
+            ),
+            (
+                "NamespaceDeletionGroupVersionParsingFailure",
+                "False",
+                "ParsedGroupVersions",
+                "All legacy kube types successfully parsed",
+            ),
+            (
+                "NamespaceDeletionContentFailure",
+                "False",
+                "ContentDeleted",
+                "All content successfully deleted, may be waiting on finalization",
+            ),
+            (
+                "NamespaceContentRemaining",
+                "True",
+                "SomeResourcesRemain",
+                "Some resources are remaining: " + ", ".join(content),
+            )
+            if content
+            else ("NamespaceContentRemaining", "False", "ContentRemoved", "All content successfully removed"),
+            (
+                "NamespaceFinalizersRemaining",
+                "True",
+                "SomeFinalizersRemain",
+                "Some content in the namespace has finalizers remaining: " + ", ".join(held),
+            )
+            if held
+            else (
+                "NamespaceFinalizersRemaining",
+                "False",
+                "ContentHasNoFinalizers",
+                "All content-preserving finalizers finished",
+            ),
+        ]
+        before = {c.get("type"): c for c in (ns.get("status") or {}).get("conditions") or []}
+        conditions = []
+        for ctype, status, reason, message in wanted:
+            old = before.get(ctype) or {}
+            since = old.get("lastTransitionTime") if old.get("status") == status else now_rfc3339()
+            conditions.append(
+                {"type": ctype, "status": status, "lastTransitionTime": since, "reason": reason, "message": message}
+            )
+        if conditions != (ns.get("status") or {}).get("conditions"):
+            new = clone(ns)
+            new.setdefault("status", {})["conditions"] = conditions
+            self.store.replace("/namespaces", new)
 
     def finish_namespace(self, name: str) -> None:
         """The namespace controller's last step: the namespace is empty, remove it."""
@@ -775,6 +1165,7 @@ class Api:
             for t in self.registry.remove_crd(obj["metadata"]["name"]):
                 if not any(o.key == t.key for o in self.registry.all()):
                     self.store.drop_resource(t.key)
+                    self.store.close_window(t.key)
                     for w in list(self.store.watchers):
                         if w.filter.resource == t.key:
                             w.close("end")  # the resource no longer exists: end its watches
@@ -819,6 +1210,13 @@ class _DryRun:
         self.api._dry = False
 
 
+def _established(crd: Obj) -> bool:
+    return any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in (crd.get("status") or {}).get("conditions") or []
+    )
+
+
 def _canonical_quantities(pod: Obj) -> None:
     """Quantities are decoded and re-encoded by the server: ``1024Mi`` is stored as ``1Gi``."""
     bad = canonicalise_pod(pod)
@@ -853,28 +1251,61 @@ def _short_json(body: Obj) -> str:
 # --- continue tokens ------------------------------------------------------------------------
 
 
-def encode_continue(rv: int, last_key: tuple[str, str]) -> str:
-    start = f"{last_key[0]}/{last_key[1]}"
-    raw = msgspec.json.encode({"v": "meta.k8s.io/v1", "rv": rv, "start": start + "\x00"})
+def _list_key(rt: ResourceType, ns_filter: str | None, key: ObjKey) -> str:
+    """An object's storage key relative to the listed collection (what continue tokens carry)."""
+    if ns_filter is not None or not rt.namespaced:
+        return key[1]
+    return f"{key[0]}/{key[1]}"
+
+
+def encode_continue(rv: int, last_key: str) -> str:
+    raw = msgspec.json.encode({"v": "meta.k8s.io/v1", "rv": rv, "start": "/" + last_key + "\x00"})
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_continue(token: str) -> tuple[int, tuple[str, str]]:
-    try:
-        padded = token + "=" * (-len(token) % 4)
-        data = msgspec.json.decode(base64.urlsafe_b64decode(padded.encode()))
-        if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1":
-            raise ValueError("bad version")
-        rv = int(data["rv"])
-        start = str(data["start"]).rstrip("\x00")
-        ns, _, name = start.partition("/")
-        return rv, (ns, name)
-    except (ValueError, KeyError, TypeError, msgspec.DecodeError):
-        raise errors.bad_request(f"invalid continue token: continue key is not valid: {token[:40]}") from None
+_B64URL = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
-def parse_delete_options(body: bytes, query: dict[str, str]) -> DeleteOptions:
-    """DeleteOptions come from the body if it is non-empty, else from the query."""
+def decode_continue(token: str) -> tuple[int, str]:
+    """``(rv, key of the last listed object)`` of a continue token, or a 400 worded as the server's
+    (its base64 and JSON decoders' errors included)."""
+
+    def bad(why: str) -> ApiError:
+        return errors.bad_request(f"invalid continue token: continue key is not valid: {why}")
+
+    at = next((i for i, ch in enumerate(token) if ch not in _B64URL), None)
+    if at is None and len(token) % 4 == 1:
+        at = len(token) - 1
+    if at is not None:
+        raise bad(f"illegal base64 data at input byte {at}")
+    data = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    why = errors.go_json_error(data, "storage.continueToken")
+    if why is not None:
+        raise bad(why)
+    doc = msgspec.json.decode(data) or {}
+    for name, want, go_type in (("v", str, "string"), ("rv", int, "int64"), ("start", str, "string")):
+        value = doc.get(name)
+        if value is not None and (not isinstance(value, want) or isinstance(value, bool)):
+            raise bad(
+                f"json: cannot unmarshal {errors.json_kind(value)} into Go struct field continueToken.{name} of type {go_type}"
+            )
+    version = doc.get("v") or ""
+    if version != "meta.k8s.io/v1":
+        raise bad(f"server does not recognize this encoded version {version}")
+    rv, start = doc.get("rv") or 0, doc.get("start") or ""
+    if rv == 0:
+        raise bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+    if not start:
+        raise bad("encoded start key empty (version meta.k8s.io/v1)")
+    key = start if start.startswith("/") else "/" + start
+    if posixpath.normpath(key) != key and not (key.endswith("\x00") and posixpath.normpath(key[:-1]) == key[:-1]):
+        raise bad(start)
+    return rv, key[1:].rstrip("\x00")
+
+
+def parse_delete_options(body: bytes, query: Any) -> DeleteOptions:
+    """DeleteOptions come from the body if it is non-empty, else from the query; then the server's
+    ``ValidateDeleteOptions`` (422 on ``DeleteOptions``)."""
     src: dict[str, Any]
     if body and body.strip():
         try:
@@ -883,34 +1314,41 @@ def parse_delete_options(body: bytes, query: dict[str, str]) -> DeleteOptions:
             raise errors.bad_request(f"error decoding DeleteOptions: {exc}") from None
         if not isinstance(src, dict):
             raise errors.bad_request("DeleteOptions must be a JSON object")
+        dry_values = src.get("dryRun") or []
+        if not isinstance(dry_values, list):
+            dry_values = [dry_values]
     else:
-        src = dict(query)
-        if "preconditions" in src:
-            src.pop("preconditions")
+        src = {k: v for k, v in query.items() if k != "preconditions"}
+        dry_values = query.getall("dryRun", []) if hasattr(query, "getall") else list(query.get("dryRun") or [])
     opts = DeleteOptions()
     g = src.get("gracePeriodSeconds")
     if g is not None and g != "":
-        try:
-            opts.grace_period_seconds = int(g)
-        except (TypeError, ValueError):
-            raise errors.bad_request(f"invalid gracePeriodSeconds: {g!r}") from None
+        opts.grace_period_seconds = g if isinstance(g, int) else options.parse_int(str(g))
     policy = src.get("propagationPolicy") or None
     orphan = src.get("orphanDependents")
+    causes: list[Cause] = []
+    if policy is not None and orphan is not None:
+        causes.append(
+            Cause(
+                "FieldValueInvalid",
+                errors.invalid_value(policy, "orphanDependents and deletionPropagation cannot be both set"),
+                "propagationPolicy",
+            )
+        )
     if policy is None and orphan is not None:
         policy = "Orphan" if str(orphan).lower() == "true" else "Background"
     if policy not in (None, "Background", "Foreground", "Orphan"):
-        raise ApiError(
-            422,
-            "Invalid",
-            f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan", "nil"',
+        causes.append(
+            Cause(
+                "FieldValueNotSupported",
+                f'Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan", "nil"',
+                "propagationPolicy",
+            )
         )
+    if causes:
+        raise errors.options_invalid("DeleteOptions", causes)
     opts.propagation_policy = policy
-    dry = src.get("dryRun")
-    if dry:
-        values = dry if isinstance(dry, list) else [dry]
-        if any(v != "All" for v in values):
-            raise errors.bad_request(f'dryRun: Unsupported value: "{values[0]}": supported values: "All"')
-        opts.dry_run = True
+    opts.dry_run = options.dry_run([str(v) for v in dry_values], "DeleteOptions")
     pre = src.get("preconditions") or {}
     if isinstance(pre, dict):
         opts.precondition_uid = pre.get("uid") or None

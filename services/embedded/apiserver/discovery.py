@@ -11,7 +11,7 @@ import msgspec
 
 from .resources import Registry, ResourceType
 
-KUBE_MINOR = "34"
+KUBE_MINOR = "37"
 GIT_VERSION = f"v1.{KUBE_MINOR}.0-runnerscale-emulator"
 
 
@@ -27,7 +27,7 @@ def version_info() -> dict[str, str]:
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z",
-        "goVersion": "go1.24.0",
+        "goVersion": "go1.26.0",
         "compiler": "gc",
         "platform": "linux/amd64",
     }

@@ -1,8 +1,9 @@
-"""Background controllers of a real control plane: the garbage collector and namespace cleanup.
+"""Background controllers of a real control plane: the garbage collector, namespace cleanup, a
+new namespace's default ServiceAccount and root CA ConfigMap, CRD establishment and CRD cleanup.
 
-Both run asynchronously (after ``delay`` seconds) like kube-controller-manager, so product code
-cannot come to depend on synchronous cascades. Each pass is a pure-ish sweep over the store that
-issues ordinary API operations; passes repeat until nothing changes.
+They run asynchronously (after ``delay`` seconds) like kube-controller-manager and the apiextensions
+controllers, so product code cannot come to depend on synchronous effects. Each pass is a pure-ish
+sweep over the store that issues ordinary API operations; passes repeat until nothing changes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .resources import MERGE_PATCH, ResourceType
 from .store import Event, Obj
 
 log = get_logger(__name__)
+CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 
 
 def absent_owner_refs(obj: Obj, index: dict[str, Obj]) -> list[dict[str, Any]]:
@@ -53,7 +55,12 @@ class Controllers:
         refs_changed = bool(refs) and (
             ev.prev is None or (ev.prev.get("metadata") or {}).get("ownerReferences") != refs
         )
-        if ev.type == "DELETED" or meta.get("deletionTimestamp") or refs_changed or ev.resource == "/namespaces":
+        if (
+            ev.type == "DELETED"
+            or meta.get("deletionTimestamp")
+            or refs_changed
+            or ev.resource in ("/namespaces", CRD_KEY)
+        ):
             self._wake.set()
 
     def wake(self) -> None:
@@ -115,10 +122,20 @@ class Controllers:
             for ref in o["metadata"].get("ownerReferences") or []:
                 dependents.setdefault(ref.get("uid", ""), []).append((key, o))
 
-        # Namespaces being deleted: delete their contents, then the namespace itself.
+        # New CRDs get established; deleted ones have their objects removed, then go.
+        for crd in store.items(CRD_KEY):
+            name = crd["metadata"]["name"]
+            if crd["metadata"].get("deletionTimestamp"):
+                self.api.clean_up_crd(name)
+            else:
+                self.api.establish_crd(name)
+
+        # Namespaces: active ones get their defaults; those being deleted lose their contents,
+        # then go themselves.
         for ns in store.items("/namespaces"):
             nm = ns["metadata"]
             if not nm.get("deletionTimestamp"):
+                self.api.ensure_namespace_defaults(nm["name"])
                 continue
             remaining = [(k, o) for k, o in everything if o["metadata"].get("namespace") == nm["name"]]
             for k, o in remaining:
@@ -127,7 +144,9 @@ class Controllers:
                     or (o["metadata"].get("deletionGracePeriodSeconds") or 0) > 0
                 ):
                     self._delete(k, o)
-            if not any(o["metadata"].get("namespace") == nm["name"] for _, o in store.all_objects()):
+            left = [(k, o) for k, o in store.all_objects() if o["metadata"].get("namespace") == nm["name"]]
+            self.api.report_namespace_deletion(nm["name"], left)
+            if not left:
                 self.api.finish_namespace(nm["name"])
 
         for key, owner in everything:

@@ -9,10 +9,11 @@ import msgspec
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, protobuf
+from . import discovery, errors, options, protobuf
 from .api import parse_delete_options
 from .errors import ApiError
-from .selectors import parse_field_selector, parse_go_bool, parse_label_selector
+from .resources import APPLY_PATCH
+from .selectors import parse_field_selector, parse_label_selector, parse_query_bool
 from .store import WatchFilter
 from .watch import WatchRequest, serve_watch
 
@@ -71,14 +72,10 @@ def parse_request_info(method: str, path: str, query: Any, emu: Emulator) -> Req
         info.subresource = "/".join(rest[2:])
     if not info.name:
         if method == "GET":
-            info.verb = "watch" if _bool(query.get("watch"), "watch") else "list"
+            info.verb = "watch" if parse_query_bool(query.get("watch")) else "list"
         elif method == "DELETE":
             info.verb = "deletecollection"
     return info
-
-
-def _bool(value: str | None, name: str) -> bool:
-    return parse_go_bool(value, name)
 
 
 def json_response(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
@@ -90,21 +87,30 @@ def json_response(body: Any, status: int = 200, warnings: list[str] | None = Non
 
 
 def error_response(err: ApiError) -> web.Response:
+    if err.plain_text:
+        return web.Response(
+            text=err.message,
+            status=err.code,
+            headers={"Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff"},
+        )
     resp = json_response(err.status_body(), err.code)
     if err.retry_after_seconds:
         resp.headers["Retry-After"] = str(err.retry_after_seconds)
     return resp
 
 
-def _decode_body(raw: bytes, content_type: str) -> Any:
+def _decode_body(raw: bytes, content_type: str, kind: str = "") -> Any:
     ctype = content_type.split(";", maxsplit=1)[0].strip().lower()
-    if ctype in ("application/json", ""):
-        if ctype == "" and raw:
-            raise errors.unsupported_media_type(BODY_TYPES)
+    if ctype in ("application/json", ""):  # no Content-Type is taken as JSON
         try:
-            return msgspec.json.decode(raw)
-        except msgspec.DecodeError as exc:
-            raise errors.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
+            body = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            why = errors.go_json_error(raw, _TYPE_SNIFF) or "unexpected end of JSON input"
+            raise errors.unrecognized_object(kind, f"couldn't get version/kind; json parse error: {why}", raw) from None
+        if body is not None and not isinstance(body, dict):
+            why = f"json: cannot unmarshal {errors.json_kind(body)} into Go value of type {_TYPE_SNIFF}"
+            raise errors.unrecognized_object(kind, f"couldn't get version/kind; json parse error: {why}", raw)
+        return body
     if ctype == PROTOBUF:
         try:
             return protobuf.decode_object(raw)
@@ -122,23 +128,19 @@ def _decode_body(raw: bytes, content_type: str) -> Any:
     raise errors.unsupported_media_type(BODY_TYPES)
 
 
+# The struct the server sniffs apiVersion/kind with; named in its decode errors.
+_TYPE_SNIFF = 'struct { APIVersion string "json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }'
+
+
 def _strip_type_meta(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
 
 
-def _field_validation(query: Any) -> str:
-    fv = query.get("fieldValidation") or "Warn"
-    if fv not in ("Ignore", "Warn", "Strict"):
-        raise errors.bad_request(f"fieldValidation must be one of Ignore, Warn, Strict, got {fv!r}")
-    return fv
-
-
-def _dry_run(query: Any) -> bool:
-    values = query.getall("dryRun", [])
-    for v in values:
-        if v != "All":
-            raise errors.bad_request(f'dryRun: Unsupported value: "{v}": supported values: "All"')
-    return bool(values)
+def _write_options(request: web.Request) -> tuple[bool, str]:
+    """``(dryRun, fieldValidation)`` of a write, checked before its body is read."""
+    kind = options.OPTIONS_KIND.get(request.method, "CreateOptions")
+    q = request.query
+    return options.dry_run(q.getall("dryRun", []), kind), options.field_validation(q.get("fieldValidation"), kind)
 
 
 def _accept_ok(accept: str) -> bool:
@@ -147,22 +149,40 @@ def _accept_ok(accept: str) -> bool:
     return any(t in accept for t in ("json", "*/*", "application/*"))
 
 
+def _not_served(emu: Emulator, group: str) -> ApiError:
+    """What a path the emulator does not serve gets: built-in groups answer a NotFound Status;
+    other groups (custom resources' included) fall through to the plain-text catch-all."""
+    if any(rt.group == group and not rt.is_custom for rt in emu.registry.all()):
+        return errors.resource_not_found()
+    return errors.page_not_found()
+
+
+async def _await_resource_version(emu: Emulator, rv: int) -> None:
+    """Reads at a resourceVersion the store has not reached wait up to 3 s (as the watch cache
+    does), then fail with 504."""
+    if not await emu.store.wait_for_rv(rv, 3.0):
+        raise errors.too_large_resource_version(rv, emu.store.rv)
+
+
 async def handle_resource(
     request: web.Request, info: RequestInfo, emu: Emulator, drop_after: int | None
 ) -> web.StreamResponse:
     rt = emu.registry.lookup(info.group, info.version, info.plural)
     if rt is None:
-        raise errors.resource_not_found()
+        raise _not_served(emu, info.group)
     if info.subresource == "binding" and rt.kind == "Pod" and not rt.group and info.name:
         if request.method != "POST":
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        body = _decode_body(await request.read(), request.headers.get("Content-Type", ""))
-        with emu.api.dry_run(_dry_run(request.query)):
+        dry, _ = _write_options(request)
+        body = _decode_body(await request.read(), request.headers.get("Content-Type", ""), "Binding")
+        with emu.api.dry_run(dry):
             return json_response(emu.api.bind_pod(rt, info.namespace, info.name, body), 201)
     if info.subresource and not (info.subresource == "status" and rt.status_subresource):
+        if rt.is_custom and info.name:
+            raise errors.not_found(rt.group, rt.plural, info.name)  # the CR handler's answer
         raise errors.resource_not_found()
-    if info.namespace and not rt.namespaced:
-        raise errors.resource_not_found()
+    if (info.namespace and not rt.namespaced) or (rt.namespaced and not info.namespace and info.name):
+        raise errors.page_not_found() if rt.is_custom else errors.resource_not_found()
     accept = request.headers.get("Accept", "")
     if not _accept_ok(accept):
         raise ApiError(
@@ -184,35 +204,40 @@ async def handle_resource(
                     rt.key,
                     ns_scope,
                     parse_label_selector(query.get("labelSelector")),
-                    parse_field_selector(query.get("fieldSelector"), rt.selectable_fields, rt.is_custom),
+                    parse_field_selector(query.get("fieldSelector"), rt.selectable_fields),
                 )
                 ts = query.get("timeoutSeconds")
-                try:
-                    timeout = float(ts) if ts else None
-                except ValueError:
-                    raise errors.bad_request(f"invalid timeoutSeconds: {ts!r}") from None
+                timeout = float(options.parse_int(ts)) if ts else None
+                rv_text = query.get("resourceVersion", "")
+                if rv_text not in ("", "0") and not rv_text.isdigit():
+                    raise errors.internal(options.rv_parse_error(rv_text))
                 wr = WatchRequest(
                     rt,
                     ns_scope,
                     flt,
-                    query.get("resourceVersion", ""),
+                    rv_text,
                     timeout,
-                    _bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks"),
+                    parse_query_bool(query.get("allowWatchBookmarks")),
                     table,
                     include_object,
                 )
                 return await serve_watch(request, emu, wr, drop_after)
-            limit_text = query.get("limit") or "0"
-            try:
-                limit = max(int(limit_text), 0)
-            except ValueError:
-                raise errors.bad_request(f"invalid limit: {limit_text!r}") from None
+            lr = options.list_options(query)
+            if lr.resource_version:
+                await _await_resource_version(emu, lr.resource_version)
+            unpaged = query.get("resourceVersion") == "0" and not lr.continue_token  # served whole, as from a cache
             res = api.list(
-                rt, ns_scope, query.get("labelSelector"), query.get("fieldSelector"), limit, query.get("continue")
+                rt,
+                ns_scope,
+                query.get("labelSelector"),
+                query.get("fieldSelector"),
+                0 if unpaged else lr.limit,
+                lr.continue_token,
+                exact_rv=lr.resource_version if lr.exact else None,
             )
             list_meta: dict[str, Any] = {"resourceVersion": str(res.resource_version)}
-            if res.continue_token:
-                list_meta["continue"] = res.continue_token
+            if res.continue_token or rt.is_custom:
+                list_meta["continue"] = res.continue_token  # custom resource lists always carry it
             if res.remaining is not None:
                 list_meta["remainingItemCount"] = res.remaining
             if table:
@@ -222,22 +247,26 @@ async def handle_resource(
                 {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": list_meta, "items": items}
             )
         if method == "POST":
-            body = _decode_body(await request.read(), request.headers.get("Content-Type", ""))
-            with api.dry_run(_dry_run(query)):
-                res = api.create(rt, info.namespace, body, _field_validation(query))
+            dry, fv = _write_options(request)
+            raw = await request.read()
+            body = _decode_body(raw, request.headers.get("Content-Type", ""), rt.kind)
+            with api.dry_run(dry):
+                res = api.create(rt, info.namespace, body, fv, raw=raw)
             return json_response(res.obj, res.code, res.warnings)
         if method == "DELETE":
-            opts = parse_delete_options(await request.read(), dict(query))
-            with api.dry_run(opts.dry_run or _dry_run(query)):
+            options.list_options(query)
+            opts = parse_delete_options(await request.read(), query)
+            with api.dry_run(opts.dry_run):
                 return json_response(
                     api.delete_collection(rt, ns_scope, query.get("labelSelector"), query.get("fieldSelector"), opts)
                 )
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
     # Single object.
     ns = info.namespace if rt.namespaced else ""
-    if rt.namespaced and not info.namespace:
-        raise errors.resource_not_found()
     if method == "GET":
+        rv = options.parse_resource_version(query.get("resourceVersion") or "")
+        if rv:
+            await _await_resource_version(emu, rv)
         obj = api.get(rt, ns, info.name)
         if table:
             return json_response(
@@ -247,28 +276,34 @@ async def handle_resource(
             )
         return json_response(obj)
     if method == "PUT":
-        body = _decode_body(await request.read(), request.headers.get("Content-Type", ""))
-        with api.dry_run(_dry_run(query)):
-            res = api.update(rt, ns, info.name, body, info.subresource, _field_validation(query))
+        dry, fv = _write_options(request)
+        raw = await request.read()
+        body = _decode_body(raw, request.headers.get("Content-Type", ""), rt.kind)
+        with api.dry_run(dry):
+            res = api.update(rt, ns, info.name, body, info.subresource, fv, raw=raw)
         return json_response(res.obj, res.code, res.warnings)
     if method == "PATCH":
+        dry, fv = _write_options(request)
+        ctype = request.headers.get("Content-Type", "")
+        options.force_only_for_apply(query, ctype.split(";", 1)[0].strip().lower() == APPLY_PATCH)
         raw = await request.read()
-        with api.dry_run(_dry_run(query)):
+        with api.dry_run(dry):
             res = api.patch(
                 rt,
                 ns,
                 info.name,
-                request.headers.get("Content-Type", ""),
+                ctype,
                 raw,
                 info.subresource,
-                _field_validation(query),
+                fv,
+                field_manager=query.get("fieldManager") or "",
             )
         return json_response(res.obj, res.code, res.warnings)
     if method == "DELETE":
         if info.subresource:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        opts = parse_delete_options(await request.read(), dict(query))
-        with api.dry_run(opts.dry_run or _dry_run(query)):
+        opts = parse_delete_options(await request.read(), query)
+        with api.dry_run(opts.dry_run):
             res = api.delete(rt, ns, info.name, opts)
         return json_response(res.obj, res.code)
     raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
@@ -292,6 +327,8 @@ def handle_discovery(path: str, emu: Emulator, host: str) -> web.Response:
         doc = discovery.api_resource_list(reg, parts[1], parts[2])
         if doc:
             return json_response(doc)
+    if len(parts) >= 2 and parts[0] == "apis":
+        raise _not_served(emu, parts[1])
     raise errors.resource_not_found()
 
 

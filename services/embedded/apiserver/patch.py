@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from .errors import json_kind
+
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
 
@@ -113,11 +115,10 @@ def _remove(doc: Any, parts: list[str]) -> Any:
 def validate_json_patch(ops: Any) -> list[dict[str, Any]]:
     """The server decodes a JSON patch strictly into a list of operations (400 otherwise)."""
     if not isinstance(ops, list):
-        kind = "object" if isinstance(ops, dict) else type(ops).__name__
-        raise PatchError(f"json: cannot unmarshal {kind} into Go value of type []handlers.jsonPatchOp")
+        raise PatchError(f"json: cannot unmarshal {json_kind(ops)} into Go value of type []handlers.jsonPatchOp")
     for op in ops:
         if not isinstance(op, dict):
-            raise PatchError("json: cannot unmarshal array into Go value of type handlers.jsonPatchOp")
+            raise PatchError(f"json: cannot unmarshal {json_kind(op)} into Go value of type handlers.jsonPatchOp")
     if len(ops) > 10000:
         raise PatchError("The allowed maximum operations in a JSON patch is 10000, got " + str(len(ops)))
     return ops
@@ -238,11 +239,32 @@ def smp_rules_for(kind: str) -> dict[str, MergeRule]:
 
 RETAIN_KEYS = {"spec.volumes[]"}
 
-_KNOWN_DIRECTIVES = ("$patch", "$retainKeys")
 _DIRECTIVE_PREFIXES = ("$setElementOrder/", "$deleteFromPrimitiveList/")
 
 
+class PatchTypeError(Exception):
+    """A ``$patch`` directive the server does not know (it answers 500, no reason)."""
+
+
+def go_repr(value: Any) -> str:
+    """Go's ``%v`` of decoded JSON: ``map[k:v ...]`` with sorted keys, ``[a b]``, ``<nil>``."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{go_repr(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(go_repr(v) for v in value) + "]"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def apply_strategic_merge_patch(original: Any, patch: Any, rules: dict[str, MergeRule]) -> Any:
+    """Apply a strategic merge patch as apimachinery's ``strategicpatch`` does.
+
+    Keyed lists and scalar sets merge, then the patch's items are interleaved with the items only
+    the server had, each keeping its own order (``[a]`` patched with ``[b]`` is ``[b, a]``).
+    Unknown ``$``-keys are ordinary keys; an unknown ``$patch`` value raises :class:`PatchTypeError`."""
     if not isinstance(patch, dict):
         raise PatchError("strategic merge patch must be a JSON object")
     return _smp_map(_deepcopy(original) if isinstance(original, dict) else {}, patch, "", rules)
@@ -259,14 +281,14 @@ def _smp_map(original: dict[str, Any], patch: dict[str, Any], path: str, rules: 
     if directive == "delete":
         return {}
     if directive is not None:
-        raise PatchError(f"Unknown patch type: {directive}")
+        raise PatchTypeError(f"unknown patch type: {directive} in map: {go_repr(patch)}")
     retain = patch.get("$retainKeys")
-    for key in patch:
-        if key.startswith("$") and key not in _KNOWN_DIRECTIVES and not key.startswith(_DIRECTIVE_PREFIXES):
-            raise PatchError(f"unknown patch directive {key!r} at {path or 'the root'}")
+    if retain is not None and not isinstance(retain, list):
+        raise PatchError("invalid patch format of retainKeys")
+    stored_lists = {k: v for k, v in original.items() if isinstance(v, list)}  # merges build new lists
     result = original
     for key, value in patch.items():
-        if key.startswith("$"):
+        if key in ("$patch", "$retainKeys") or key.startswith(_DIRECTIVE_PREFIXES):
             continue
         sub = _join(path, key)
         if value is None:
@@ -280,12 +302,10 @@ def _smp_map(original: dict[str, Any], patch: dict[str, Any], path: str, rules: 
             result[key] = _smp_list(current if isinstance(current, list) else [], value, sub, rule[1], rules)
         else:
             result[key] = _deepcopy(value)
-    # $deleteFromPrimitiveList/<field>: remove scalars from a merge list.
+    # $deleteFromPrimitiveList/<field>: remove scalars from a merge list (anything else is ignored).
     for key, value in patch.items():
-        if key.startswith("$deleteFromPrimitiveList/"):
+        if key.startswith("$deleteFromPrimitiveList/") and isinstance(value, list):
             field = key.split("/", 1)[1]
-            if not isinstance(value, list):
-                raise PatchError(f"{key} must be a list")
             if isinstance(result.get(field), list):
                 result[field] = [v for v in result[field] if v not in value]
                 if not result[field]:
@@ -294,24 +314,53 @@ def _smp_map(original: dict[str, Any], patch: dict[str, Any], path: str, rules: 
         if key.startswith("$setElementOrder/"):
             field = key.split("/", 1)[1]
             rule = rules.get(_join(path, field))
-            if isinstance(result.get(field), list) and isinstance(value, list):
-                result[field] = _reorder(result[field], value, rule[1] if rule else None)
+            merged = result.get(field)
+            if isinstance(merged, list) and isinstance(value, list):
+                server = stored_lists.get(field) or []
+                result[field] = _normalise_order(merged, value, server, rule[1] if rule else None)
     if retain is not None:
-        if not isinstance(retain, list):
-            raise PatchError("$retainKeys must be a list")
         result = {k: v for k, v in result.items() if k in retain}
     return result
 
 
-def _reorder(items: list[Any], order: list[Any], key: str | None) -> list[Any]:
-    def ident(x: Any) -> Any:
-        return x.get(key) if key and isinstance(x, dict) else x
+def _ident(item: Any, key: str | None) -> Any:
+    if key is None:
+        return item if not isinstance(item, (dict, list)) else _enc.encode(item)
+    return item.get(key) if isinstance(item, dict) else None
 
-    wanted = [ident(o) for o in order]
-    ranked = sorted(
-        enumerate(items), key=lambda p: wanted.index(ident(p[1])) if ident(p[1]) in wanted else len(wanted) + p[0]
-    )
-    return [x for _, x in ranked]
+
+def _normalise_order(merged: list[Any], order: list[Any], server_order: list[Any], key: str | None) -> list[Any]:
+    """apimachinery's ``normalizeElementOrder``: the items named in ``order`` in that order,
+    interleaved with the others (kept in their stored order) by their position in
+    ``server_order``."""
+    wanted = [_ident(o, key) for o in order]
+    listed = [m for m in merged if _ident(m, key) in wanted]
+    listed.sort(key=lambda m: wanted.index(_ident(m, key)))
+    others = [m for m in merged if _ident(m, key) not in wanted]
+    server = [_ident(o, key) for o in server_order]
+
+    def position(item: Any) -> int:
+        ident = _ident(item, key)
+        return server.index(ident) if ident in server else -1
+
+    out: list[Any] = []
+    i = j = 0
+    while i < len(others) or j < len(listed):
+        if j >= len(listed):
+            out.append(others[i])
+            i += 1
+        elif i >= len(others):
+            out.append(listed[j])
+            j += 1
+        else:
+            left, right = position(others[i]), position(listed[j])
+            if left >= 0 and right >= 0 and left < right:
+                out.append(others[i])
+                i += 1
+            else:
+                out.append(listed[j])
+                j += 1
+    return out
 
 
 def _smp_list(
@@ -320,30 +369,112 @@ def _smp_list(
     # A list-level {"$patch": "replace"} element replaces the whole list with the other elements.
     if any(isinstance(p, dict) and p.get("$patch") == "replace" and (key is None or key not in p) for p in patch):
         return [_deepcopy(p) for p in patch if not (isinstance(p, dict) and p.get("$patch") == "replace")]
-    if key is None:  # a set of scalars: union, keeping the original order
-        result = list(original)
-        for v in patch:
+    if key is None:  # a set of scalars: union without duplicates
+        merged: list[Any] = []
+        for v in list(original) + list(patch):
             if isinstance(v, dict):
                 raise PatchError(f"unexpected object in the primitive list {path}")
-            if v not in result:
-                result.append(v)
-        return result
-    result = [_deepcopy(x) for x in original]
+            if v not in merged:
+                merged.append(_deepcopy(v))
+        return _normalise_order(merged, patch, original, None)
+    merged = [_deepcopy(x) for x in original]
+    kept_patch: list[Any] = []
     elem_path = path + "[]"
     for element in patch:
         if not isinstance(element, dict):
             raise PatchError(f"the list {path} is merged by {key!r}; each element must be an object")
         if key not in element:
-            raise PatchError(f"map: {element} does not contain declared merge key: {key}")
-        idx = next((i for i, x in enumerate(result) if isinstance(x, dict) and x.get(key) == element[key]), None)
+            raise PatchError(f"map: {go_repr(element)} does not contain declared merge key: {key}")
+        idx = next((i for i, x in enumerate(merged) if isinstance(x, dict) and x.get(key) == element[key]), None)
         directive = element.get("$patch")
         if directive == "delete":
             if idx is not None:
-                del result[idx]
+                del merged[idx]
             continue
+        kept_patch.append(element)
         if idx is None:
             clean = {k: v for k, v in element.items() if k != "$patch"}
-            result.append(_smp_map({}, clean, elem_path, rules))
+            merged.append(_smp_map({}, clean, elem_path, rules))
         else:
-            result[idx] = _smp_map(result[idx], element, elem_path, rules)
-    return result
+            merged[idx] = _smp_map(merged[idx], element, elem_path, rules)
+    return _normalise_order(merged, kept_patch, original, key)
+
+
+# --- server-side apply (the merge part) ----------------------------------------------------------
+
+
+def apply_configuration(
+    live: dict[str, Any], applied: dict[str, Any], rules: dict[str, MergeRule], schema: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Merge an applied configuration into the live object, as server-side apply merges it when
+    one manager owns everything: maps merge recursively, lists merge by their merge keys (built-in
+    kinds' strategic-merge keys; ``x-kubernetes-list-type: map|set`` for custom resources), other
+    lists and scalars are replaced, and ``null`` removes a field."""
+    return _apply_map(_deepcopy(live), applied, "", rules, schema)
+
+
+def _schema_child(schema: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    if not schema:
+        return None
+    props = schema.get("properties") or {}
+    if key in props:
+        return props[key]
+    extra = schema.get("additionalProperties")
+    return extra if isinstance(extra, dict) else None
+
+
+def _list_rule(path: str, rules: dict[str, MergeRule], schema: dict[str, Any] | None) -> tuple[str, list[str]]:
+    """``("map", keys)``, ``("set", [])`` or ``("atomic", [])`` for the list at ``path``."""
+    if schema is not None:
+        list_type = schema.get("x-kubernetes-list-type")
+        if list_type == "map":
+            return "map", list(schema.get("x-kubernetes-list-map-keys") or [])
+        if list_type == "set":
+            return "set", []
+    rule = rules.get(path)
+    if rule and rule[0] == "merge":
+        return ("map", [rule[1]]) if rule[1] else ("set", [])
+    return "atomic", []
+
+
+def _apply_map(
+    live: dict[str, Any], applied: dict[str, Any], path: str, rules: dict[str, MergeRule], schema: dict[str, Any] | None
+) -> dict[str, Any]:
+    for key, value in applied.items():
+        sub = _join(path, key)
+        child = _schema_child(schema, key)
+        if value is None:
+            live.pop(key, None)
+        elif isinstance(value, dict) and isinstance(live.get(key), dict):
+            live[key] = _apply_map(live[key], value, sub, rules, child)
+        elif isinstance(value, list) and isinstance(live.get(key), list):
+            live[key] = _apply_list(live[key], value, sub, rules, child)
+        else:
+            live[key] = _deepcopy(value)
+    return live
+
+
+def _apply_list(
+    live: list[Any], applied: list[Any], path: str, rules: dict[str, MergeRule], schema: dict[str, Any] | None
+) -> list[Any]:
+    kind, keys = _list_rule(path, rules, schema)
+    items = (schema or {}).get("items") if schema else None
+    if kind == "set":
+        merged = list(live) + [_deepcopy(v) for v in applied if v not in live]
+        return _normalise_order(merged, applied, live, None)
+    if kind != "map" or not keys or not all(isinstance(v, dict) for v in live + applied):
+        return [_deepcopy(v) for v in applied]
+
+    def ident(item: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(item.get(k) for k in keys)
+
+    merged = [_deepcopy(v) for v in live]
+    for element in applied:
+        idx = next((i for i, x in enumerate(merged) if ident(x) == ident(element)), None)
+        if idx is None:
+            merged.append(_deepcopy(element))
+        else:
+            merged[idx] = _apply_map(merged[idx], element, path + "[]", rules, items)
+    if len(keys) == 1:
+        return _normalise_order(merged, applied, live, keys[0])
+    return merged

@@ -11,7 +11,6 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
-APPLY_PATCH_CBOR = "application/apply-patch+cbor"
 
 _BASE_FIELDS = ("metadata.name", "metadata.namespace")
 _POD_FIELDS = _BASE_FIELDS + (
@@ -65,9 +64,10 @@ class ResourceType:
         return ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
     def patch_types(self) -> list[str]:
+        """Patch media types accepted (apply as YAML only: CBOR bodies are not decoded)."""
         if self.is_custom:
-            return [JSON_PATCH, MERGE_PATCH, APPLY_PATCH, APPLY_PATCH_CBOR]
-        return [JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH, APPLY_PATCH_CBOR]
+            return [JSON_PATCH, MERGE_PATCH, APPLY_PATCH]
+        return [JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH]
 
 
 def _builtin(group: str, version: str, plural: str, kind: str, namespaced: bool, **kw: Any) -> ResourceType:
@@ -80,7 +80,7 @@ def _builtin(group: str, version: str, plural: str, kind: str, namespaced: bool,
 
 
 def builtin_types() -> list[ResourceType]:
-    """The built-in kinds the emulator serves (Kubernetes 1.34 behaviour)."""
+    """The built-in kinds the emulator serves (Kubernetes 1.37 behaviour)."""
     return [
         _builtin("", "v1", "namespaces", "Namespace", False, short_names=("ns",), status_subresource=True),
         _builtin(

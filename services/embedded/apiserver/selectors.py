@@ -1,123 +1,32 @@
-"""Label and field selectors: parsing (400 on malformed input) and matching. Pure functions."""
+"""Label and field selectors, query booleans: parsing (400 with the server's texts) and matching.
+
+Label selectors use the project's parser (``shared.kube.selectors``, a port of apimachinery's);
+field selectors follow apimachinery's ``fields.ParseSelector``. Pure functions.
+"""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from shared.kube.selectors import LabelSelector, SelectorError
+from shared.kube.selectors import parse_label_selector as _parse_labels
+
 from .errors import bad_request
 
-_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+def parse_label_selector(text: str | None) -> LabelSelector:
+    """Parse a ``labelSelector`` query value; a malformed one is a 400 with the server's message."""
+    try:
+        return _parse_labels(text or "")
+    except SelectorError as exc:
+        raise bad_request(str(exc)) from None
 
 
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    op: str  # "=", "!=", "in", "notin", "exists", "!"
-    values: tuple[str, ...] = ()
-
-    def matches(self, labels: dict[str, str]) -> bool:
-        has = self.key in labels
-        v = labels.get(self.key)
-        if self.op == "=":
-            return has and v == self.values[0]
-        if self.op == "!=":
-            return not has or v != self.values[0]
-        if self.op == "in":
-            return has and v in self.values
-        if self.op == "notin":
-            return not has or v not in self.values
-        if self.op == "exists":
-            return has
-        return not has  # "!"
-
-
-def _split_top(text: str) -> list[str]:
-    """Split on commas outside parentheses."""
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return parts
-
-
-def _check_key(key: str, selector: str) -> None:
-    if not key or len(key) > 317 or not _KEY.match(key):
-        raise bad_request(
-            f"unable to parse requirement: invalid label key \"{key}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-        )
-
-
-def _check_value(value: str) -> None:
-    if len(value) > 63 or not _VALUE.match(value):
-        raise bad_request(
-            f"unable to parse requirement: values[0]: Invalid value: \"{value}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-        )
-
-
-_SET = re.compile(r"^\s*([^\s!=()]+)\s+(in|notin)\s*\(([^()]*)\)\s*$")
-
-
-def parse_label_selector(text: str | None) -> list[Requirement]:
-    """Parse ``a=b,c!=d,e in (f,g),!h,i``; raise 400 naming the selector when malformed."""
-    if not text or not text.strip():
-        return []
-    reqs: list[Requirement] = []
-    for raw in _split_top(text):
-        part = raw.strip()
-        if not part:
-            raise bad_request(f"unable to parse requirement: found '', expected: identifier in selector \"{text}\"")
-        m = _SET.match(part)
-        if m:
-            key, op, vals = m.group(1), m.group(2), m.group(3)
-            _check_key(key, text)
-            values = tuple(v.strip() for v in vals.split(",")) if vals.strip() else ()
-            if not values:
-                raise bad_request("unable to parse requirement: for 'in', 'notin' operators, values set can't be empty")
-            for v in values:
-                _check_value(v)
-            reqs.append(Requirement(key, op, values))
-            continue
-        for op_text, op in (("!=", "!="), ("==", "="), ("=", "=")):
-            if op_text in part:
-                key, _, value = part.partition(op_text)
-                key, value = key.strip(), value.strip()
-                _check_key(key, text)
-                _check_value(value)
-                reqs.append(Requirement(key, op, (value,)))
-                break
-        else:
-            if part.startswith("!"):
-                key = part[1:].strip()
-                _check_key(key, text)
-                reqs.append(Requirement(key, "!"))
-            elif re.search(r"[\s()]", part):
-                raise bad_request(
-                    f"unable to parse requirement: found '{part}', expected: '=', '!=', '==', 'in', notin'"
-                )
-            else:
-                _check_key(part, text)
-                reqs.append(Requirement(part, "exists"))
-    return reqs
-
-
-def labels_match(reqs: list[Requirement], obj: dict[str, Any]) -> bool:
-    if not reqs:
+def labels_match(selector: LabelSelector, obj: dict[str, Any]) -> bool:
+    if not selector.requirements:
         return True
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return all(r.matches(labels) for r in reqs)
+    return selector.matches((obj.get("metadata") or {}).get("labels") or {})
 
 
 @dataclass(frozen=True)
@@ -127,27 +36,62 @@ class FieldRequirement:
     value: str
 
 
-def parse_field_selector(text: str | None, supported: tuple[str, ...], is_custom: bool) -> list[FieldRequirement]:
-    """Parse ``metadata.name=x,status.phase!=Running``; only ``supported`` labels are allowed."""
-    if not text or not text.strip():
+def _split_terms(text: str) -> list[str]:
+    """Comma-separated terms; a backslash-escaped comma stays inside its term (escape kept)."""
+    terms, start, escaped = [], 0, False
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == ",":
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return terms
+
+
+def _unescape(value: str) -> str:
+    out, escaped = [], False
+    for ch in value:
+        if escaped:
+            if ch not in "\\,=":
+                raise bad_request(f"invalid field selector: invalid escape sequence: \\{ch}")
+            out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch in ",=":
+            raise bad_request(f"invalid field selector: unescaped character in value: {ord(ch)}")
+        else:
+            out.append(ch)
+    if escaped:
+        raise bad_request("invalid field selector: invalid escape sequence: \\")
+    return "".join(out)
+
+
+def parse_field_selector(text: str | None, supported: tuple[str, ...]) -> list[FieldRequirement]:
+    """Parse ``metadata.name=x,status.phase!=Running``; only ``supported`` field labels are allowed.
+
+    As the server does: terms are sorted before they are checked, nothing is trimmed, the first
+    operator in a term splits it, and ``,``/``=``/``\\`` in a value must be backslash-escaped."""
+    if not text:
         return []
     out: list[FieldRequirement] = []
-    for raw in text.split(","):
-        part = raw.strip()
-        if not part:
+    for term in sorted(_split_terms(text)):
+        if not term:
             continue
-        for op_text, equal in (("!=", False), ("==", True), ("=", True)):
-            if op_text in part:
-                path, _, value = part.partition(op_text)
+        for i in range(len(term)):
+            op = next((o for o in ("!=", "==", "=") if term.startswith(o, i)), None)
+            if op is not None:
+                path, value = term[:i], term[i + len(op) :]
                 break
         else:
-            raise bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
-        path = path.strip()
-        if path not in supported:
-            if is_custom:
-                raise bad_request(f'"{path}" is not a known field selector: only "metadata.name", "metadata.namespace"')
-            raise bad_request(f"field label not supported: {path}")
-        out.append(FieldRequirement(path, equal, value.strip()))
+            raise bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
+        out.append(FieldRequirement(path, op != "!=", _unescape(value)))
+    for req in out:
+        if req.path not in supported:
+            raise bad_request(f"field label not supported: {req.path}")
     return out
 
 
@@ -168,24 +112,21 @@ def fields_match(reqs: list[FieldRequirement], obj: dict[str, Any]) -> bool:
     return all((field_value(obj, r.path) == r.value) == r.equal for r in reqs)
 
 
-def parse_go_bool(value: str | None, name: str) -> bool:
-    """Go's strconv.ParseBool, as the server parses query booleans (kubernetes-asyncio sends ``True``)."""
-    if value is None or value == "":
+def parse_query_bool(value: str | None) -> bool:
+    """A boolean query parameter as the server reads it: absent → false; ``0`` or ``false`` (any
+    case) → false; anything else, even ``maybe`` or an empty value → true."""
+    if value is None:
         return False
-    if value in ("1", "t", "T", "TRUE", "true", "True"):
-        return True
-    if value in ("0", "f", "F", "FALSE", "false", "False"):
-        return False
-    raise bad_request(f'invalid value for {name}: strconv.ParseBool: parsing "{value}": invalid syntax')
+    return value != "0" and value.lower() != "false"
 
 
 __all__ = [
     "FieldRequirement",
-    "Requirement",
+    "LabelSelector",
     "field_value",
     "fields_match",
     "labels_match",
     "parse_field_selector",
-    "parse_go_bool",
     "parse_label_selector",
+    "parse_query_bool",
 ]

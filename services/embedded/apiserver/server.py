@@ -46,8 +46,12 @@ class Settings(msgspec.Struct, kw_only=True):
 
     watch_lag_seconds: float = 0.0  # delay every watch event by this much (informer cache lag)
     bookmark_interval_seconds: float = 60.0  # 0 = only the bookmark before a watch's deadline
-    gc_delay_seconds: float = 0.05  # how long the garbage collector waits before a sweep
+    gc_delay_seconds: float = 0.05  # how long the controllers wait before a sweep
     gc_paused: bool = False
+    # Watch history per resource, like the watch cache: a watch can resume from an event younger
+    # than this or among the resource's newest watch_history_min_events; older → 410 Expired.
+    watch_history_seconds: float = 75.0
+    watch_history_min_events: int = 100
 
 
 class SettingsPatch(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -55,6 +59,8 @@ class SettingsPatch(msgspec.Struct, kw_only=True, omit_defaults=True):
     bookmark_interval_seconds: float | None = None
     gc_delay_seconds: float | None = None
     gc_paused: bool | None = None
+    watch_history_seconds: float | None = None
+    watch_history_min_events: int | None = None
 
 
 class CutRequest(msgspec.Struct, kw_only=True):
@@ -102,6 +108,10 @@ class Emulator:
         assert ns_rt is not None
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.api.create(ns_rt, "", {"metadata": {"name": name}})
+            self.api.ensure_namespace_defaults(name)
+        # Each served resource's watch history starts now, as the watch caches do at start-up.
+        for rt in self.registry.all():
+            self.store.open_window(rt.key)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -173,6 +183,8 @@ class Emulator:
                 setattr(self.settings, f, v)
         self.controllers.delay = self.settings.gc_delay_seconds
         self.controllers.paused = self.settings.gc_paused
+        self.store.watch_history_seconds = self.settings.watch_history_seconds
+        self.store.watch_history_min_events = self.settings.watch_history_min_events
         if not self.settings.gc_paused:
             self.controllers.wake()
         return self.settings
@@ -196,6 +208,7 @@ class Emulator:
                 name = (doc.get("metadata") or {}).get("name", "")
                 if self.store.get(crd_rt.key, "", name) is None:
                     self.api.create(crd_rt, "", doc)
+                    self.api.establish_crd(name)  # installed at start: served before the first request
                 installed.append(name)
         return installed
 
@@ -274,7 +287,7 @@ class Emulator:
             if request.method != "GET":
                 raise errors.resource_not_found()
             return handle_discovery(path, self, f"{self.host}:{self.port}")
-        raise errors.resource_not_found()
+        raise errors.page_not_found()
 
     async def _control(self, request: web.Request, path: str) -> web.Response:
         """The ``/_emulator/`` control endpoint (fault rules, compaction, watch cuts, settings)."""

@@ -16,10 +16,17 @@ from typing import Any
 
 import msgspec
 
-from .selectors import FieldRequirement, Requirement, fields_match, labels_match
+from .selectors import FieldRequirement, LabelSelector, fields_match, labels_match
 
 Obj = dict[str, Any]
 ObjKey = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped
+
+
+def storage_key(key: ObjKey) -> str:
+    """The object's place in storage order: ``<namespace>/<name>`` compared as one string, so
+    ``t-x-b/a`` sorts before ``t-x/z`` (``-`` < ``/``), as etcd keys do."""
+    return f"{key[0]}/{key[1]}"
+
 
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
@@ -46,7 +53,7 @@ class Event:
 class WatchFilter:
     resource: str
     namespace: str | None
-    labels: list[Requirement] = field(default_factory=list)
+    labels: LabelSelector = field(default_factory=LabelSelector)
     fields: list[FieldRequirement] = field(default_factory=list)
 
     def matches(self, obj: Obj | None) -> bool:
@@ -60,8 +67,9 @@ class WatchFilter:
 class Watcher:
     """One open watch: a filter and a bounded queue of events already translated for it."""
 
-    def __init__(self, flt: WatchFilter, max_pending: int) -> None:
+    def __init__(self, flt: WatchFilter, max_pending: int, after_rv: int = 0) -> None:
         self.filter = flt
+        self.after_rv = after_rv  # events at or before this RV are not for this watcher
         self.pending: deque[Event] = deque()
         self.max_pending = max_pending
         self.wakeup = asyncio.Event()
@@ -84,7 +92,7 @@ class Watcher:
 
     def offer(self, ev: Event) -> None:
         """Translate a store event into what this watcher sees (selector transitions)."""
-        if ev.resource != self.filter.resource:
+        if ev.resource != self.filter.resource or ev.rv <= self.after_rv:
             return
         now_in = ev.type != "DELETED" and self.filter.matches(ev.obj)
         was_in = self.filter.matches(ev.prev) if ev.prev is not None else False
@@ -104,8 +112,30 @@ class Watcher:
             self.push(Event(ev.rv, "DELETED", ev.resource, ev.namespace, ev.name, gone, ev.prev, ev.at))
 
 
+@dataclass
+class WatchWindow:
+    """What a watch of one resource can start from, like the API server's per-resource watch
+    cache: the RV the window opened at, then a sliding history of that resource's events."""
+
+    start_rv: int
+    events: deque[tuple[int, float]] = field(default_factory=deque)  # (rv, commit time), oldest first
+    evicted: bool = False
+
+    def oldest_start(self) -> int:
+        """The oldest RV a watch may start from (the cache's ``oldest - 1``)."""
+        if self.evicted and self.events:
+            return self.events[0][0] - 1
+        return self.start_rv
+
+
 class Store:
-    def __init__(self, history: int = 20000, max_pending_per_watch: int = 100_000) -> None:
+    def __init__(
+        self,
+        history: int = 20000,
+        max_pending_per_watch: int = 100_000,
+        watch_history_seconds: float = 75.0,
+        watch_history_min_events: int = 100,
+    ) -> None:
         self.rv = 1  # a fresh etcd starts above zero; "0" means "any" to clients
         self.objects: dict[str, dict[ObjKey, Obj]] = {}
         self._sorted_keys: dict[str, list[ObjKey]] = {}  # per resource; dropped on create/delete
@@ -114,6 +144,12 @@ class Store:
         self.watchers: set[Watcher] = set()
         self.on_commit: list[Callable[[Event], None]] = []
         self.max_pending_per_watch = max_pending_per_watch
+        # Watch windows per resource: an event stays replayable while it is younger than
+        # watch_history_seconds or among the newest watch_history_min_events of its resource.
+        self.windows: dict[str, WatchWindow] = {}
+        self.watch_history_seconds = watch_history_seconds
+        self.watch_history_min_events = watch_history_min_events
+        self._rv_waiters: list[tuple[int, asyncio.Event]] = []
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -125,7 +161,7 @@ class Store:
         bucket = self.objects.get(resource, {})
         keys = self._sorted_keys.get(resource)
         if keys is None:
-            keys = self._sorted_keys[resource] = sorted(bucket)
+            keys = self._sorted_keys[resource] = sorted(bucket, key=storage_key)
         if namespace is None:
             return [bucket[k] for k in keys]
         return [bucket[k] for k in keys if k[0] == namespace]
@@ -156,6 +192,33 @@ class Store:
     def events_after(self, rv: int) -> list[Event]:
         return [ev for ev in self.log if ev.rv > rv]
 
+    async def wait_for_rv(self, rv: int, timeout: float) -> bool:
+        """Wait until the store's RV reaches ``rv`` (at most ``timeout`` seconds)."""
+        if rv <= self.rv:
+            return True
+        waiter = (rv, asyncio.Event())
+        self._rv_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter[1].wait(), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            self._rv_waiters.remove(waiter)
+        return True
+
+    def open_window(self, resource: str) -> None:
+        """Start a resource's watch history at the current RV (the server began serving it)."""
+        self.windows[resource] = WatchWindow(self.rv)
+
+    def close_window(self, resource: str) -> None:
+        self.windows.pop(resource, None)
+
+    def oldest_watch_start(self, resource: str) -> int:
+        """The smallest RV a watch of ``resource`` can start from; older ones get 410."""
+        window = self.windows.get(resource)
+        bound = window.oldest_start() if window is not None else 0
+        return max(bound, self.oldest_replayable())
+
     # --- writes --------------------------------------------------------------------------
 
     def _commit(self, type_: str, resource: str, namespace: str, name: str, obj: Obj, prev: Obj | None) -> Event:
@@ -166,6 +229,17 @@ class Store:
         if self.log.maxlen is not None and len(self.log) == self.log.maxlen:
             self.compacted_rv = max(self.compacted_rv, self.log[0].rv)
         self.log.append(ev)
+        window = self.windows.get(resource)
+        if window is not None:
+            window.events.append((ev.rv, ev.at))
+            keep = max(self.watch_history_min_events, 1)
+            while len(window.events) > keep and ev.at - window.events[0][1] > self.watch_history_seconds:
+                window.events.popleft()
+                window.evicted = True
+        if self._rv_waiters:
+            for rv, reached in self._rv_waiters:
+                if rv <= self.rv:
+                    reached.set()
         for w in list(self.watchers):
             w.offer(ev)
         for hook in self.on_commit:

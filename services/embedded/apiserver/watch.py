@@ -1,8 +1,9 @@
 """Watch streams: one JSON event per line over a chunked 200 response.
 
 Start points follow the server: no RV (or "0") → synthetic ADDED for current objects, then live
-events; RV N → every later event in RV order; N older than the history → one ERROR 410 event;
-N in the future → wait briefly, then ERROR 504 "Too large resource version".
+events; RV N → every later event in RV order; N older than the resource's watch history → one
+ERROR 410 event; N in the future → the stream stays open and delivers events once the store gets
+past N. Bookmarks (when allowed) come shortly before the deadline and every bookmark interval.
 """
 
 from __future__ import annotations
@@ -73,28 +74,12 @@ async def serve_watch(
                     )
                 )
     else:
-        try:
-            start = int(rv_text)
-        except ValueError:
-            await resp.write(_status_event(ApiError(400, "BadRequest", f"invalid resource version: {rv_text}")))
+        start = int(rv_text)
+        oldest = store.oldest_watch_start(rt.key)
+        if start < oldest:
+            await resp.write(_status_event(ApiError(410, "Expired", f"too old resource version: {start} ({oldest})")))
             return resp
-        if start < store.oldest_replayable():
-            await resp.write(
-                _status_event(
-                    ApiError(410, "Expired", f"too old resource version: {start} ({store.oldest_replayable() + 1})")
-                )
-            )
-            return resp
-        if start > store.rv:
-            deadline = time.monotonic() + 3.0
-            while store.rv < start and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)  # the real cacher waits up to 3 s for the store to catch up
-            if store.rv < start:
-                err = ApiError(
-                    504, "Timeout", f"Too large resource version: {start}, current: {store.rv}", retry_after_seconds=1
-                )
-                await resp.write(_status_event(err))
-                return resp
+        watcher.after_rv = start  # a future RV: nothing is sent until the store gets past it
         for ev in store.events_after(start):
             watcher.offer(ev)
     store.watchers.add(watcher)
@@ -104,8 +89,7 @@ async def serve_watch(
 
     timeout = wr.timeout_seconds if wr.timeout_seconds is not None else random.uniform(1800, 3600)
     deadline = time.monotonic() + timeout
-    bookmark_sent_before_deadline = False
-    last_bookmark = time.monotonic()
+    bookmark_due = _next_bookmark(time.monotonic(), deadline, emu.settings.bookmark_interval_seconds)
     sent = 0
     try:
         while True:
@@ -119,23 +103,15 @@ async def serve_watch(
             now = time.monotonic()
             if now >= deadline:
                 break
+            if wr.bookmarks and bookmark_due is not None and now >= bookmark_due:
+                if store.rv >= watcher.after_rv:  # never a bookmark before the watch's start
+                    await _write_bookmark(resp, rt, store.rv)
+                bookmark_due = _next_bookmark(now, deadline, emu.settings.bookmark_interval_seconds)
+                continue
             if not watcher.pending:
                 wait = deadline - now
-                if wr.bookmarks:
-                    # A bookmark shortly before the deadline, and one every interval if configured.
-                    if not bookmark_sent_before_deadline:
-                        if wait <= 1.0:
-                            await _write_bookmark(resp, rt, store.rv)
-                            bookmark_sent_before_deadline = True
-                            continue
-                        wait -= 1.0
-                    interval = emu.settings.bookmark_interval_seconds
-                    if interval > 0:
-                        if now - last_bookmark >= interval:
-                            await _write_bookmark(resp, rt, store.rv)
-                            last_bookmark = now
-                            continue
-                        wait = min(wait, last_bookmark + interval - now)
+                if wr.bookmarks and bookmark_due is not None:
+                    wait = min(wait, bookmark_due - now)
                 if request.transport is None or request.transport.is_closing():
                     break  # the client went away
                 watcher.wakeup.clear()
@@ -165,6 +141,15 @@ async def serve_watch(
     except (ConnectionResetError, RuntimeError):
         pass
     return resp
+
+
+def _next_bookmark(now: float, deadline: float, interval: float) -> float | None:
+    """When the next bookmark is due, as the watch cache schedules it: every ``interval`` (0 =
+    never periodically) but no later than 2 s before the deadline; None once that moment has
+    passed, so a watch of 2 s or less gets none."""
+    due = now + interval if interval > 0 else deadline
+    due = min(due, deadline - 2.0)
+    return due if due >= now else None
 
 
 def _abort(request: web.Request) -> None:
