@@ -9,7 +9,7 @@ import msgspec
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, protobuf
+from . import discovery, errors, protobuf, watchlist
 from .api import parse_delete_options
 from .errors import ApiError
 from .selectors import parse_field_selector, parse_go_bool, parse_label_selector
@@ -179,7 +179,9 @@ async def handle_resource(
         if rt.namespaced and not info.namespace and method in ("POST",):
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if method == "GET":
+            watchlist.check_list_options(query, info.verb == "watch")
             if info.verb == "watch":
+                watchlist.parse_resource_version(query.get("resourceVersion", ""))
                 flt = WatchFilter(
                     rt.key,
                     ns_scope,
@@ -200,6 +202,7 @@ async def handle_resource(
                     _bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks"),
                     table,
                     include_object,
+                    watchlist.parse_send_initial_events(query),
                 )
                 return await serve_watch(request, emu, wr, drop_after)
             limit_text = query.get("limit") or "0"
