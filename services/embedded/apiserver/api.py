@@ -135,10 +135,13 @@ class Api:
             raise errors.not_found(rt.group, rt.plural, name)
         return obj
 
-    def _custom_processing(self, rt: ResourceType, obj: Obj, field_validation: str) -> tuple[Obj, list[str]]:
-        """Prune unknown fields (and for custom resources default and validate)."""
+    def _custom_processing(
+        self, rt: ResourceType, obj: Obj, field_validation: str, old: Obj | None = None, status_only: bool = False
+    ) -> tuple[Obj, list[str]]:
+        """Prune unknown fields (and for custom resources default and validate, ratcheting
+        against ``old`` on an update; ``status_only`` for the status subresource)."""
         if rt.is_custom:
-            out, pruned, causes = crd_schema.process_custom_object(obj, rt.schema)
+            out, pruned, causes = crd_schema.process_custom_object(obj, rt.schema, old, status_only)
             if isinstance(out.get("metadata"), dict):
                 out["metadata"] = prune_object_meta(out["metadata"], pruned)
             meta = out.get("metadata") or {}
@@ -530,9 +533,13 @@ class Api:
         meta["resourceVersion"] = old_meta.get("resourceVersion")
         warnings: list[str] = []
         if subresource != "status":
-            new, warnings = self._custom_processing(rt, new, field_validation)
+            new, warnings = self._custom_processing(rt, new, field_validation, old)
             meta = new["metadata"]
             self._kind_update(rt, old, new)
+        else:
+            # The status subresource validates like the main endpoint (types, schema, pruning).
+            new, warnings = self._custom_processing(rt, new, field_validation, old, status_only=True)
+            meta = new["metadata"]
         # No new finalizers once deletion has started.
         if old_meta.get("deletionTimestamp"):
             added = [f for f in meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
