@@ -237,6 +237,7 @@ class Api:
                 raise errors.invalid("", "Pod", obj["metadata"]["name"], causes)
             sa = self.store.get("/serviceaccounts", namespace, obj["spec"].get("serviceAccountName") or "default")
             admission.admit_pod_create(obj, sa, namespace)
+            admission.admit_pod_priority(obj, self.store.items(admission.PRIORITY_CLASS_KEY))
         elif rt.kind == "Secret":
             causes = admission.normalise_secret(obj)
             if causes:
@@ -245,6 +246,8 @@ class Api:
             admission.default_namespace(obj)
         elif rt.kind == "Lease":
             admission.normalise_lease(obj)
+        elif rt.kind == "PriorityClass":
+            admission.admit_priority_class(obj, None, self.store.items(admission.PRIORITY_CLASS_KEY))
         elif rt.kind == "CustomResourceDefinition":
             self._crd_prepare(obj)
 
@@ -637,6 +640,8 @@ class Api:
             new["spec"] = clone(old.get("spec") or {})
         elif rt.kind == "Lease":
             admission.normalise_lease(new)
+        elif rt.kind == "PriorityClass":
+            admission.admit_priority_class(new, old, self.store.items(admission.PRIORITY_CLASS_KEY))
         elif rt.kind == "CustomResourceDefinition":
             self._crd_prepare(new)
 
@@ -688,6 +693,8 @@ class Api:
                 name,
                 f"Precondition failed: ResourceVersion in precondition: {opts.precondition_rv}, ResourceVersion in object meta: {meta.get('resourceVersion')}",
             )
+        if rt.kind == "PriorityClass":
+            admission.check_priority_class_delete(name)
         if rt.kind == "Namespace" and not rt.group:
             return self._delete_namespace(rt, obj)
         fins = list(meta.get("finalizers") or [])

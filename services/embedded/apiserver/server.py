@@ -18,7 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from shared.log import get_logger
 
-from . import discovery, errors
+from . import admission, discovery, errors
 from .api import Api
 from .errors import ApiError
 from .faults import FaultError, FaultRule, Faults, default_reason
@@ -102,6 +102,10 @@ class Emulator:
         assert ns_rt is not None
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.api.create(ns_rt, "", {"metadata": {"name": name}})
+        pc_rt = self.registry.lookup("scheduling.k8s.io", "v1", "priorityclasses")
+        assert pc_rt is not None
+        for pc in admission.system_priority_classes():
+            self.api.create(pc_rt, "", pc)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
