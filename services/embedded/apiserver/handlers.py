@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 _enc = msgspec.json.Encoder()
 PROTOBUF = "application/vnd.kubernetes.protobuf"
-# Protobuf bodies are decoded for the kinds kubectl's `create <kind>` generators send; no CBOR.
+# Protobuf bodies are decoded for every built-in kind served (protobuf.py); no CBOR.
 BODY_TYPES = ["application/json", "application/yaml", PROTOBUF]
 
 
@@ -120,6 +120,19 @@ def _decode_body(raw: bytes, content_type: str) -> Any:
         except yaml.YAMLError as exc:
             raise errors.bad_request(f"couldn't get version/kind; yaml parse error: {exc}") from None
     raise errors.unsupported_media_type(BODY_TYPES)
+
+
+async def _delete_options_body(request: web.Request) -> bytes:
+    """A DELETE's body as JSON: client-go and controller-runtime send DeleteOptions as protobuf
+    for built-in kinds."""
+    raw = await request.read()
+    ctype = request.headers.get("Content-Type", "").split(";", maxsplit=1)[0].strip().lower()
+    if ctype != PROTOBUF or not raw:
+        return raw
+    try:
+        return _enc.encode(protobuf.decode_options(raw))
+    except protobuf.ProtobufError as exc:
+        raise errors.bad_request(f"error decoding DeleteOptions: {exc}") from None
 
 
 def _strip_type_meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -230,7 +243,7 @@ async def handle_resource(
                 res = api.create(rt, info.namespace, body, _field_validation(query))
             return json_response(res.obj, res.code, res.warnings)
         if method == "DELETE":
-            opts = parse_delete_options(await request.read(), dict(query))
+            opts = parse_delete_options(await _delete_options_body(request), dict(query))
             with api.dry_run(opts.dry_run or _dry_run(query)):
                 return json_response(
                     api.delete_collection(rt, ns_scope, query.get("labelSelector"), query.get("fieldSelector"), opts)
@@ -270,7 +283,7 @@ async def handle_resource(
     if method == "DELETE":
         if info.subresource:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        opts = parse_delete_options(await request.read(), dict(query))
+        opts = parse_delete_options(await _delete_options_body(request), dict(query))
         with api.dry_run(opts.dry_run or _dry_run(query)):
             res = api.delete(rt, ns, info.name, opts)
         return json_response(res.obj, res.code)
