@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 MODULE = Path(__file__).resolve().parent
-PROGRAMS = ("goclient", "prototables")
+PROGRAMS = ("goclient", "prototables", "bodies")
 GO_HINT = (
     "the Go client test builds tests/goclient with Go >= 1.26 from the Go module proxy; "
     "put `go` on PATH (your distribution's golang package, or the toolchain from go.dev/dl) and re-run"
@@ -65,7 +65,7 @@ def build(timeout: float = 1500.0) -> dict[str, Path]:
     scratch = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
     try:
         proc = subprocess.run(
-            [go, "build", "-trimpath", "-o", str(scratch) + os.sep, ".", "./prototables"],
+            [go, "build", "-trimpath", "-o", str(scratch) + os.sep, ".", "./prototables", "./bodies"],
             check=False,
             cwd=MODULE,
             env=_env(),

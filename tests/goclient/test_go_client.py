@@ -20,18 +20,8 @@ import yaml
 
 from tests.fixtures.apiserver import KubeApi, new_api_client
 
-from . import build
-
 REPO = Path(__file__).resolve().parents[2]
 TABLES = REPO / "services" / "embedded" / "apiserver" / "protobuf_fields.json"
-
-
-@pytest.fixture(scope="session")
-def go_programs() -> dict[str, Path]:
-    try:
-        return build.build()
-    except build.GoMissing as exc:
-        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -253,7 +253,9 @@ def decode_message(buf: bytes, name: str) -> dict[str, Any]:
             # Go writes non-pointer scalars even when zero; its JSON leaves them out under
             # omitempty (structs are never omitted by encoding/json, so messages stay).
             omitted = "o" in flags and "p" not in flags and f["k"] in _ZERO and value == _ZERO[f["k"]]
-            if value is None or omitted:
+            if value is None and "p" not in flags:
+                out[json_name] = None  # a zero metav1.Time (or raw JSON) struct marshals as null
+            elif value is None or omitted:
                 out.pop(json_name, None)
             else:
                 out[json_name] = value

@@ -108,7 +108,7 @@ func (tb *tables) message(t reflect.Type) string {
 		return name
 	}
 	tb.Messages[name] = nil // mark before recursing: messages refer to themselves (JSONSchemaProps)
-	var fields []Field
+	fields := []Field{}     // an empty message (e.g. the status subresource marker) is a table too
 	for i := 0; i < t.NumField(); i++ {
 		sf := t.Field(i)
 		tag := sf.Tag.Get("protobuf")
