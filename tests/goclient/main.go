@@ -8,6 +8,7 @@
 //
 // Usage: goclient -kubeconfig PATH -namespace NS [-timeout 240s]
 // The namespace must exist; the runnerscale CRDs (deploy/crds) must be installed.
+// With -in-cluster it runs as a pod instead (see incluster.go).
 package main
 
 import (
@@ -104,9 +105,18 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the API under test")
 	namespace := flag.String("namespace", "", "an existing namespace to work in")
 	timeout := flag.Duration("timeout", 240*time.Second, "deadline for the whole run")
+	inCluster := flag.Bool("in-cluster", false, "run as a pod: connect with the service account, record success")
 	flag.Parse()
+	if *inCluster {
+		if err := runInCluster(*timeout); err != nil {
+			fmt.Printf("FAIL in-cluster: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println("PASS")
+		return
+	}
 	if *kubeconfig == "" || *namespace == "" {
-		fmt.Fprintln(os.Stderr, "usage: goclient -kubeconfig PATH -namespace NS [-timeout 240s]")
+		fmt.Fprintln(os.Stderr, "usage: goclient -kubeconfig PATH -namespace NS [-timeout 240s] | goclient -in-cluster")
 		os.Exit(2)
 	}
 	ctrllog.SetLogger(klog.NewKlogr())

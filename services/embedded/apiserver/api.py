@@ -68,6 +68,8 @@ class Api:
         self.store = store
         self.registry = registry
         self._dry = False  # set for the duration of one dryRun=All operation
+        # What every namespace's kube-root-ca.crt holds: the serving CA when serving HTTPS.
+        self.cluster_ca_pem = "-----BEGIN CERTIFICATE-----\nemulator\n-----END CERTIFICATE-----\n"
 
     # --- writes go through these, so a dry run can stop short of storage ----------------------
 
@@ -259,7 +261,7 @@ class Api:
             assert sa_rt and cm_rt
             # Controllers in a real cluster add these shortly after; pods depend on both.
             self.create(sa_rt, ns, {"metadata": {"name": "default"}})
-            ca = "-----BEGIN CERTIFICATE-----\nemulator\n-----END CERTIFICATE-----\n"
+            ca = self.cluster_ca_pem
             self.create(
                 cm_rt,
                 ns,

@@ -80,6 +80,18 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
             resources.append(
                 {"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding", "verbs": ["create"]}
             )
+        if rt.kind == "ServiceAccount" and not rt.group:
+            resources.append(
+                {
+                    "name": "serviceaccounts/token",
+                    "singularName": "",
+                    "namespaced": True,
+                    "group": "authentication.k8s.io",
+                    "version": "v1",
+                    "kind": "TokenRequest",
+                    "verbs": ["create"],
+                }
+            )
         if rt.status_subresource:
             resources.append(
                 {

@@ -172,6 +172,12 @@ async def handle_resource(
         body = _decode_body(await request.read(), request.headers.get("Content-Type", ""))
         with emu.api.dry_run(_dry_run(request.query)):
             return json_response(emu.api.bind_pod(rt, info.namespace, info.name, body), 201)
+    if info.subresource == "token" and rt.kind == "ServiceAccount" and not rt.group and info.name:
+        if request.method != "POST":
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        body = _decode_body(await request.read(), request.headers.get("Content-Type", ""))
+        sa = emu.api.get(rt, info.namespace, info.name)
+        return json_response(emu.tokens.token_request(sa, body), 201)
     if info.subresource and not (info.subresource == "status" and rt.status_subresource):
         raise errors.resource_not_found()
     if info.namespace and not rt.namespaced:
