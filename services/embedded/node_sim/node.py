@@ -502,7 +502,7 @@ class PodWorker:
         while not self.stopping.is_set():
             try:
                 objects = await self._fetch(referenced_objects(self.pod))
-                tokens = await self._service_account_tokens() if self.kind == "process" else {}
+                tokens = await self._service_account_tokens() if self.kind == "process" else None
                 files = volume_files(self.pod, objects, tokens)
             except MountError as exc:
                 await self._event("Warning", "FailedMount", str(exc))

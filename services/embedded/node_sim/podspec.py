@@ -294,8 +294,8 @@ def volume_files(
     """Files of every volume the node sim can materialise (secret, configMap, downwardAPI,
     projected with secret/configMap/downwardAPI/serviceAccountToken sources, emptyDir; others are
     skipped), by volume name. ``tokens`` holds the fetched token of each (volume, path) of
-    :func:`token_sources`. Raises MountError."""
-    tokens = tokens or {}
+    :func:`token_sources` (None: token files are left out, for pods whose files are not written).
+    Raises MountError."""
     out: dict[str, list[tuple[str, bytes, int]]] = {}
     for v in (pod.get("spec") or {}).get("volumes") or []:
         if not isinstance(v, dict) or not v.get("name"):
@@ -318,7 +318,7 @@ def volume_files(
             if isinstance((s or {}).get("downwardAPI"), dict):
                 extra += _downward_files(pod, s["downwardAPI"].get("items") or [], default_mode)
             tok = (s or {}).get("serviceAccountToken")
-            if isinstance(tok, dict):
+            if isinstance(tok, dict) and tokens is not None:
                 path = _safe_rel(str(tok.get("path") or "token"))
                 if (vname, path) not in tokens:
                     raise MountError(f'MountVolume.SetUp failed for volume "{vname}" : no service account token yet')
