@@ -317,6 +317,12 @@ func (r *run) protobufCreates() {
 	if len(posts) < len(objs)+2 {
 		fail("expected %d protobuf POSTs, saw %d", len(objs)+2, len(posts))
 	}
+	// Why JSON responses are enough: every request (protobuf or not) also accepts JSON.
+	for _, q := range r.rec.matching(func(request) bool { return true }) {
+		if q.accept != "" && !strings.Contains(q.accept, "json") && !strings.Contains(q.accept, "*/*") {
+			fail("%s %s accepts only %q: a JSON answer would not do", q.method, q.path, q.accept)
+		}
+	}
 
 	// What came back is what was sent, in the server's canonical form.
 	var secret corev1.Secret

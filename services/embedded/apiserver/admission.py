@@ -508,24 +508,18 @@ def admit_pod_priority(pod: Obj, classes: list[Obj]) -> None:
         chosen = next((c for c in classes if c.get("globalDefault")), None)
     value = int(chosen.get("value") or 0) if chosen else 0
     policy = (chosen.get("preemptionPolicy") if chosen else None) or PREEMPT_LOWER
-    given = spec.get("priority")
-    if given is not None and given != value:
-        raise forbidden(
-            "",
-            "pods",
-            name,
-            f"the integer value of priority ({given}) must not be provided in pod spec; "
-            f"priority admission controller computed {value} from the given PriorityClass name",
-        )
-    given_policy = spec.get("preemptionPolicy")
-    if given_policy is not None and given_policy != policy:
-        raise forbidden(
-            "",
-            "pods",
-            name,
-            f"the string value of PreemptionPolicy ({given_policy}) must not be provided in pod spec; "
-            f"priority admission controller computed {policy} from the given PriorityClass name",
-        )
+    for what, given, computed in (
+        ("the integer value of priority", spec.get("priority"), value),
+        ("the string value of PreemptionPolicy", spec.get("preemptionPolicy"), policy),
+    ):
+        if given is not None and given != computed:
+            raise forbidden(
+                "",
+                "pods",
+                name,
+                f"{what} ({given}) must not be provided in pod spec; "
+                f"priority admission controller computed {computed} from the given PriorityClass name",
+            )
     if chosen is not None:
         spec["priorityClassName"] = chosen["metadata"]["name"]
     spec["priority"] = value
