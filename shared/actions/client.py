@@ -648,7 +648,9 @@ class ActionsClient:
         return found[0] if found else None
 
     async def remove_runner(self, runner_id: int) -> None:
-        """A10 (204). :class:`RunnerNotFoundError` if gone, :class:`JobStillRunningError` if busy."""
+        """A10 (204, also when the runner is already gone: removal is idempotent).
+        :class:`JobStillRunningError` if busy; a 404 from an older service maps to
+        :class:`RunnerNotFoundError`, which callers treat as "already gone"."""
         await self._admin_call(
             "DELETE",
             f"_apis/distributedtask/pools/0/agents/{int(runner_id)}",

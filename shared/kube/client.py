@@ -35,6 +35,11 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 Query = Sequence[tuple[str, str]]
 
 
+# The directory holding the pod's service-account token and CA when it is not the fixed
+# in-cluster path (set by node-sim for process pods).
+SERVICE_ACCOUNT_DIR_ENV = "RUNNERSCALE_SERVICEACCOUNT_DIR"
+
+
 class KubeClient:
     """An authenticated connection to one API server. Use ``async with`` or call :meth:`close`."""
 
@@ -69,12 +74,19 @@ class KubeClient:
 
     @classmethod
     def in_cluster(cls, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> KubeClient:
-        """Connect with the pod's service account (token re-read when it rotates)."""
+        """Connect with the pod's service account (token re-read when it rotates).
+
+        The token and CA are read from ``$RUNNERSCALE_SERVICEACCOUNT_DIR`` when set (node-sim runs
+        pods as local processes and says there where the pod's service-account mount is), else
+        from the fixed in-cluster path."""
         from kubernetes_asyncio import client, config
 
         cfg = client.Configuration()
+        files = {}
+        if sa_dir := os.environ.get(SERVICE_ACCOUNT_DIR_ENV):
+            files = {"token_filename": f"{sa_dir}/token", "cert_filename": f"{sa_dir}/ca.crt"}
         try:
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            config.load_incluster_config(client_configuration=cfg, **files)  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError) as exc:
             raise ConnectionFailed("load in-cluster config", str(exc)) from None
         return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout)

@@ -208,6 +208,17 @@ def test_remove_busy_runner_is_job_still_running_with_configured_status() -> Non
     assert err.value.status == 409 and "JobStillRunningException" in err.value.type_name
 
 
+def test_removing_a_gone_runner_is_a_no_op() -> None:
+    world, tenant, ss = make_world()
+    runner = world.register_runner(tenant, ss, "r1", "tok", now=T0)
+    world.remove_runner(tenant, runner.id)
+    world.remove_runner(tenant, runner.id)  # idempotent: no AgentNotFoundException
+    world.remove_runner(tenant, 999_999)
+    with pytest.raises(ServiceFault) as err:
+        world.runner(tenant, runner.id)
+    assert err.value.status == 404
+
+
 def test_outdated_runner_is_rejected_and_never_gets_a_job() -> None:
     world, tenant, ss = make_world(min_runner_version="2.330.0")
     world.enqueue_jobs(JobSpec(labels=["linux"]), now=T0)

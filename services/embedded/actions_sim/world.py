@@ -635,7 +635,11 @@ class World:
         return [r for r in self.runners.values() if r.tenant_id == tenant_id and (name is None or r.name == name)]
 
     def remove_runner(self, tenant_id: int, runner_id: int) -> None:
-        runner = self.runner(tenant_id, runner_id)
+        """A10. Idempotent, as the service is: removing a runner that is already gone (or was never
+        this tenant's) succeeds, so a controller's retry after a lost response cannot loop forever."""
+        runner = self.runners.get(runner_id)
+        if runner is None or runner.tenant_id != tenant_id:
+            return
         if runner.job_id:
             raise ServiceFault(
                 self.settings.job_still_running_status,

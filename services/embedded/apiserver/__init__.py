@@ -6,7 +6,7 @@ Public API: :class:`Emulator` (run in a loop), :class:`BackgroundEmulator` (run 
 
 from .control import EmulatorControl
 from .faults import FaultRule
-from .server import BackgroundEmulator, Emulator, Settings, SettingsPatch, kubeconfig_doc
+from .server import BackgroundEmulator, Emulator, Settings, SettingsPatch, emulator_tls_material, kubeconfig_doc
 
 __all__ = [
     "BackgroundEmulator",
@@ -15,5 +15,6 @@ __all__ = [
     "FaultRule",
     "Settings",
     "SettingsPatch",
+    "emulator_tls_material",
     "kubeconfig_doc",
 ]

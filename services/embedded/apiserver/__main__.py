@@ -10,6 +10,13 @@ import sys
 from shared.log import get_logger
 
 log = get_logger("services.embedded.apiserver")
+# The names in-cluster clients may use for the API server.
+IN_CLUSTER_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,13 +29,19 @@ def _parser() -> argparse.ArgumentParser:
         "--crds", action="append", default=[], help="install the CRDs in this YAML file or directory (repeatable)"
     )
     p.add_argument("--namespace", default="default", help="namespace of the kubeconfig's context")
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve HTTPS with a generated CA (the kubeconfig carries it; every namespace's kube-root-ca.crt holds it), "
+        "as in-cluster clients need",
+    )
     return p
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from .server import Emulator
+    from .server import Emulator, emulator_tls_material
 
-    emu = Emulator(port=args.port)
+    emu = Emulator(port=args.port, tls=emulator_tls_material() if args.tls else None)
     for path in args.crds:
         emu.load_crds(path)
     url = await emu.start()

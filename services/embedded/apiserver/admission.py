@@ -306,8 +306,6 @@ def admit_pod_create(pod: Obj, service_account: Obj | None, namespace: str) -> N
     for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
         if not any(t.get("key") == key and t.get("effect") in (None, "", "NoExecute") for t in tolerations):
             tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
-    spec.setdefault("priority", 0)
-    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
 
 
@@ -614,3 +612,122 @@ def normalise_lease(lease: Obj) -> None:
         for f in ("acquireTime", "renewTime"):
             if spec.get(f) is not None:
                 spec[f] = normalise_micro_time(spec[f])
+
+
+# --- priority classes ---------------------------------------------------------------------
+
+PRIORITY_CLASS_KEY = "scheduling.k8s.io/priorityclasses"
+PREEMPT_LOWER = "PreemptLowerPriority"
+PREEMPTION_POLICIES = (PREEMPT_LOWER, "Never")
+HIGHEST_USER_PRIORITY = 1_000_000_000
+# The two classes every cluster has (the apiserver creates them at start and never lets them go).
+SYSTEM_PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
+    "system-node-critical": (
+        2_000_001_000,
+        "Used for system critical pods that must not be moved from their current node.",
+    ),
+    "system-cluster-critical": (
+        2_000_000_000,
+        "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+    ),
+}
+
+
+def system_priority_classes() -> list[Obj]:
+    return [
+        {"metadata": {"name": name}, "value": value, "description": text, "preemptionPolicy": PREEMPT_LOWER}
+        for name, (value, text) in SYSTEM_PRIORITY_CLASSES.items()
+    ]
+
+
+def admit_pod_priority(pod: Obj, classes: list[Obj]) -> None:
+    """The Priority admission plugin: resolve ``priorityClassName`` (or the global default) into
+    ``priority`` and ``preemptionPolicy``; 403 for an unknown class or a contradicting value."""
+    spec = pod["spec"]
+    name = pod["metadata"].get("name") or pod["metadata"].get("generateName", "")
+    class_name = spec.get("priorityClassName") or ""
+    chosen: Obj | None = None
+    if class_name:
+        chosen = next((c for c in classes if c["metadata"]["name"] == class_name), None)
+        if chosen is None:
+            raise forbidden("", "pods", name, f"no PriorityClass with name {class_name} was found")
+    else:
+        chosen = next((c for c in classes if c.get("globalDefault")), None)
+    value = int(chosen.get("value") or 0) if chosen else 0
+    policy = (chosen.get("preemptionPolicy") if chosen else None) or PREEMPT_LOWER
+    for what, given, computed in (
+        ("the integer value of priority", spec.get("priority"), value),
+        ("the string value of PreemptionPolicy", spec.get("preemptionPolicy"), policy),
+    ):
+        if given is not None and given != computed:
+            raise forbidden(
+                "",
+                "pods",
+                name,
+                f"{what} ({given}) must not be provided in pod spec; "
+                f"priority admission controller computed {computed} from the given PriorityClass name",
+            )
+    if chosen is not None:
+        spec["priorityClassName"] = chosen["metadata"]["name"]
+    spec["priority"] = value
+    spec["preemptionPolicy"] = policy
+
+
+def admit_priority_class(pc: Obj, old: Obj | None, classes: list[Obj]) -> None:
+    """Defaulting, validation and the one-default rule of a PriorityClass create or update."""
+    name = pc["metadata"].get("name", "")
+    pc.setdefault("value", 0)
+    pc.setdefault("preemptionPolicy", PREEMPT_LOWER)
+    causes: list[Cause] = []
+    if old is None and name.startswith("system-") and name not in SYSTEM_PRIORITY_CLASSES:
+        causes.append(
+            Cause(
+                "FieldValueForbidden",
+                "Forbidden: priority class names with 'system-' prefix are reserved for system use only. "
+                f"error: {name} is not a known system priority class",
+                "metadata.name",
+            )
+        )
+    value = pc.get("value")
+    if old is not None and value != old.get("value"):
+        causes.append(Cause("FieldValueForbidden", "Forbidden: may not be changed in an update.", "value"))
+    elif (
+        old is None and isinstance(value, int) and value > HIGHEST_USER_PRIORITY and name not in SYSTEM_PRIORITY_CLASSES
+    ):
+        causes.append(
+            Cause(
+                "FieldValueForbidden",
+                f"Forbidden: maximum allowed value of a user defined priority is {HIGHEST_USER_PRIORITY}",
+                "value",
+            )
+        )
+    policy = pc.get("preemptionPolicy")
+    if policy not in PREEMPTION_POLICIES:
+        causes.append(
+            Cause(
+                "FieldValueNotSupported",
+                f'Unsupported value: "{policy}": supported values: "{PREEMPT_LOWER}", "Never"',
+                "preemptionPolicy",
+            )
+        )
+    if causes:
+        raise invalid("scheduling.k8s.io", "PriorityClass", name, causes)
+    if pc.get("globalDefault"):
+        other = next(
+            (c for c in classes if c.get("globalDefault") and c["metadata"]["name"] != name),
+            None,
+        )
+        if other is not None:
+            raise forbidden(
+                "scheduling.k8s.io",
+                "priorityclasses",
+                name,
+                f"PriorityClass {other['metadata']['name']} is already marked as default. Only one default can exist",
+            )
+
+
+def check_priority_class_delete(name: str) -> None:
+    if name in SYSTEM_PRIORITY_CLASSES:
+        raise forbidden(
+            "scheduling.k8s.io", "priorityclasses", name, "this is a system priority class and cannot be deleted"
+        )

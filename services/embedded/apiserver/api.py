@@ -80,6 +80,8 @@ class Api:
         self.store = store
         self.registry = registry
         self._dry = False  # set for the duration of one dryRun=All operation
+        # What every namespace's kube-root-ca.crt holds: the serving CA when serving HTTPS.
+        self.cluster_ca_pem = "-----BEGIN CERTIFICATE-----\nemulator\n-----END CERTIFICATE-----\n"
 
     # --- writes go through these, so a dry run can stop short of storage ----------------------
 
@@ -171,10 +173,13 @@ class Api:
             raise errors.not_found(rt.group, rt.plural, name)
         return obj
 
-    def _custom_processing(self, rt: ResourceType, obj: Obj, field_validation: str) -> tuple[Obj, list[str]]:
-        """Prune unknown fields (and for custom resources default and validate)."""
+    def _custom_processing(
+        self, rt: ResourceType, obj: Obj, field_validation: str, old: Obj | None = None, status_only: bool = False
+    ) -> tuple[Obj, list[str]]:
+        """Prune unknown fields (and for custom resources default and validate, ratcheting
+        against ``old`` on an update; ``status_only`` for the status subresource)."""
         if rt.is_custom:
-            out, pruned, causes = crd_schema.process_custom_object(obj, rt.schema)
+            out, pruned, causes = crd_schema.process_custom_object(obj, rt.schema, old, status_only)
             if isinstance(out.get("metadata"), dict):
                 out["metadata"] = prune_object_meta(out["metadata"], pruned)
             meta = out.get("metadata") or {}
@@ -285,6 +290,7 @@ class Api:
                 raise errors.invalid("", "Pod", obj["metadata"]["name"], causes)
             sa = self.store.get("/serviceaccounts", namespace, obj["spec"].get("serviceAccountName") or "default")
             admission.admit_pod_create(obj, sa, namespace)
+            admission.admit_pod_priority(obj, self.store.items(admission.PRIORITY_CLASS_KEY))
         elif rt.kind == "Secret":
             causes = admission.normalise_secret(obj)
             if causes:
@@ -297,6 +303,7 @@ class Api:
             causes = admission.validate_event(obj, events_api=rt.group == "events.k8s.io")
             if causes:
                 raise errors.invalid("", "Event", obj["metadata"]["name"], causes)
+            admission.admit_priority_class(obj, None, self.store.items(admission.PRIORITY_CLASS_KEY))
         elif rt.kind == "CustomResourceDefinition":
             self._crd_prepare(obj)
             obj["status"] = {
@@ -326,7 +333,7 @@ class Api:
         if self.store.get("/configmaps", name, "kube-root-ca.crt") is None:
             cm_rt = self.registry.lookup("", "v1", "configmaps")
             assert cm_rt is not None
-            ca = "-----BEGIN CERTIFICATE-----\nemulator\n-----END CERTIFICATE-----\n"
+            ca = self.cluster_ca_pem
             description = (
                 "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints "
                 "such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across "
@@ -817,9 +824,13 @@ class Api:
         meta["resourceVersion"] = old_meta.get("resourceVersion")
         warnings: list[str] = []
         if subresource != "status":
-            new, warnings = self._custom_processing(rt, new, field_validation)
+            new, warnings = self._custom_processing(rt, new, field_validation, old)
             meta = new["metadata"]
             self._kind_update(rt, old, new)
+        else:
+            # The status subresource validates like the main endpoint (types, schema, pruning).
+            new, warnings = self._custom_processing(rt, new, field_validation, old, status_only=True)
+            meta = new["metadata"]
         # No new finalizers once deletion has started.
         if old_meta.get("deletionTimestamp"):
             added = [f for f in meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
@@ -911,6 +922,8 @@ class Api:
             new["spec"] = clone(old.get("spec") or {})
         elif rt.kind == "Lease":
             admission.normalise_lease(new)
+        elif rt.kind == "PriorityClass":
+            admission.admit_priority_class(new, old, self.store.items(admission.PRIORITY_CLASS_KEY))
         elif rt.kind == "CustomResourceDefinition":
             self._crd_prepare(new)
 
@@ -976,6 +989,8 @@ class Api:
                     f"The object might have been {why}",
                 )
                 raise err
+        if rt.kind == "PriorityClass":
+            admission.check_priority_class_delete(name)
         if rt.kind == "Namespace" and not rt.group:
             return self._delete_namespace(rt, obj)
         if rt.kind == "CustomResourceDefinition":

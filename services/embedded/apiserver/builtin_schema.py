@@ -25,6 +25,7 @@ MODEL_FOR_KIND: dict[tuple[str, str], str] = {
     ("rbac.authorization.k8s.io", "Role"): "V1Role",
     ("rbac.authorization.k8s.io", "RoleBinding"): "V1RoleBinding",
     ("coordination.k8s.io", "Lease"): "V1Lease",
+    ("scheduling.k8s.io", "PriorityClass"): "V1PriorityClass",
     # CustomResourceDefinition is not pruned: JSONSchemaProps holds free-form parts (default, enum).
 }
 

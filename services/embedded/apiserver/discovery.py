@@ -80,6 +80,18 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
             resources.append(
                 {"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding", "verbs": ["create"]}
             )
+        if rt.kind == "ServiceAccount" and not rt.group:
+            resources.append(
+                {
+                    "name": "serviceaccounts/token",
+                    "singularName": "",
+                    "namespaced": True,
+                    "group": "authentication.k8s.io",
+                    "version": "v1",
+                    "kind": "TokenRequest",
+                    "verbs": ["create"],
+                }
+            )
         if rt.status_subresource:
             resources.append(
                 {
@@ -273,6 +285,7 @@ def _columns(rt: ResourceType) -> list[dict[str, Any]]:
         "Secret": [("Type", "string"), ("Data", "integer")],
         "ServiceAccount": [("Secrets", "integer")],
         "Lease": [("Holder", "string")],
+        "PriorityClass": [("Value", "integer"), ("Global-Default", "boolean")],
     }.get(rt.kind, [])
     if rt.kind == "Event":
         # As the real printer: no AGE, and NAME only with -o wide (priority 1).
@@ -305,6 +318,8 @@ def _builtin_cells(rt: ResourceType, obj: dict[str, Any]) -> list[Any]:
         cells = [len(obj.get("secrets") or [])]
     elif rt.kind == "Lease":
         cells = [(obj.get("spec") or {}).get("holderIdentity", "")]
+    elif rt.kind == "PriorityClass":
+        cells = [obj.get("value", 0), bool(obj.get("globalDefault"))]
     elif rt.kind == "Event":
         regarding = obj.get("involvedObject") or obj.get("regarding") or {}
         seen = obj.get("lastTimestamp") or obj.get("eventTime") or meta.get("creationTimestamp")

@@ -9,7 +9,7 @@ import msgspec
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, options, protobuf
+from . import discovery, errors, options, protobuf, watchlist
 from .api import parse_delete_options
 from .errors import ApiError
 from .resources import APPLY_PATCH
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 _enc = msgspec.json.Encoder()
 PROTOBUF = "application/vnd.kubernetes.protobuf"
-# Protobuf bodies are decoded for the kinds kubectl's `create <kind>` generators send; no CBOR.
+# Protobuf bodies are decoded for every built-in kind served (protobuf.py); no CBOR.
 BODY_TYPES = ["application/json", "application/yaml", PROTOBUF]
 
 
@@ -132,6 +132,19 @@ def _decode_body(raw: bytes, content_type: str, kind: str = "") -> Any:
 _TYPE_SNIFF = 'struct { APIVersion string "json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }'
 
 
+async def _delete_options_body(request: web.Request) -> bytes:
+    """A DELETE's body as JSON: client-go and controller-runtime send DeleteOptions as protobuf
+    for built-in kinds."""
+    raw = await request.read()
+    ctype = request.headers.get("Content-Type", "").split(";", maxsplit=1)[0].strip().lower()
+    if ctype != PROTOBUF or not raw:
+        return raw
+    try:
+        return _enc.encode(protobuf.decode_options(raw))
+    except protobuf.ProtobufError as exc:
+        raise errors.bad_request(f"error decoding DeleteOptions: {exc}") from None
+
+
 def _strip_type_meta(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
 
@@ -177,6 +190,12 @@ async def handle_resource(
         body = _decode_body(await request.read(), request.headers.get("Content-Type", ""), "Binding")
         with emu.api.dry_run(dry):
             return json_response(emu.api.bind_pod(rt, info.namespace, info.name, body), 201)
+    if info.subresource == "token" and rt.kind == "ServiceAccount" and not rt.group and info.name:
+        if request.method != "POST":
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        body = _decode_body(await request.read(), request.headers.get("Content-Type", ""))
+        sa = emu.api.get(rt, info.namespace, info.name)
+        return json_response(emu.tokens.token_request(sa, body), 201)
     if info.subresource and not (info.subresource == "status" and rt.status_subresource):
         if rt.is_custom and info.name:
             raise errors.not_found(rt.group, rt.plural, info.name)  # the CR handler's answer
@@ -199,7 +218,9 @@ async def handle_resource(
         if rt.namespaced and not info.namespace and method in ("POST",):
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if method == "GET":
+            watchlist.check_list_options(query, info.verb == "watch")
             if info.verb == "watch":
+                watchlist.parse_resource_version(query.get("resourceVersion", ""))
                 flt = WatchFilter(
                     rt.key,
                     ns_scope,
@@ -220,6 +241,7 @@ async def handle_resource(
                     parse_query_bool(query.get("allowWatchBookmarks")),
                     table,
                     include_object,
+                    watchlist.parse_send_initial_events(query),
                 )
                 return await serve_watch(request, emu, wr, drop_after)
             lr = options.list_options(query)
@@ -255,7 +277,7 @@ async def handle_resource(
             return json_response(res.obj, res.code, res.warnings)
         if method == "DELETE":
             options.list_options(query)
-            opts = parse_delete_options(await request.read(), query)
+            opts = parse_delete_options(await _delete_options_body(request), query)
             with api.dry_run(opts.dry_run):
                 return json_response(
                     api.delete_collection(rt, ns_scope, query.get("labelSelector"), query.get("fieldSelector"), opts)
@@ -302,7 +324,7 @@ async def handle_resource(
     if method == "DELETE":
         if info.subresource:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        opts = parse_delete_options(await request.read(), query)
+        opts = parse_delete_options(await _delete_options_body(request), query)
         with api.dry_run(opts.dry_run):
             res = api.delete(rt, ns, info.name, opts)
         return json_response(res.obj, res.code)

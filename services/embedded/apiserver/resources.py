@@ -127,6 +127,15 @@ def builtin_types() -> list[ResourceType]:
         _builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
         _builtin("coordination.k8s.io", "v1", "leases", "Lease", True),
         _builtin(
+            "scheduling.k8s.io",
+            "v1",
+            "priorityclasses",
+            "PriorityClass",
+            False,
+            short_names=("pc",),
+            has_generation=True,
+        ),
+        _builtin(
             "apiextensions.k8s.io",
             "v1",
             "customresourcedefinitions",

@@ -105,9 +105,25 @@ def _json_type(value: Any) -> str:
     return "object"
 
 
-def validate(value: Any, schema: Schema | None, path: str, causes: list[Cause]) -> None:
-    """Collect validation failures (types, required, enum, bounds, pattern, lengths)."""
+class _Missing:
+    """No correlated old value: a create, or a node that did not exist before the update."""
+
+
+MISSING: Any = _Missing()
+
+
+def validate(value: Any, schema: Schema | None, path: str, causes: list[Cause], old: Any = MISSING) -> None:
+    """Collect validation failures (types, required, enum, bounds, pattern, lengths).
+
+    ``old`` is the correlated stored value on an update. Validation *ratchets* as the real server
+    does (CRDValidationRatcheting, GA in 1.33): a node equal to its old value reports nothing, so
+    a write never fails over stored values it did not change (e.g. after a schema was tightened).
+    Objects correlate by property; list items only in ``x-kubernetes-list-type: map`` (by key) or
+    ``set`` lists: an atomic list correlates as a whole.
+    """
     if schema is None:
+        return
+    if old is not MISSING and value == old:
         return
     t = schema.get("type")
     if value is None:
@@ -188,12 +204,14 @@ def validate(value: Any, schema: Schema | None, path: str, causes: list[Cause]) 
                 causes.append(Cause("FieldValueRequired", "Required value", f"{path}.{req}" if path else req))
         props = schema.get("properties") or {}
         addl = schema.get("additionalProperties")
+        old_map = old if isinstance(old, dict) else {}
         for k, v in value.items():
             sub_path = f"{path}.{k}" if path else k
+            old_v = old_map.get(k, MISSING)
             if k in props:
-                validate(v, props[k], sub_path, causes)
+                validate(v, props[k], sub_path, causes, old_v)
             elif isinstance(addl, dict):
-                validate(v, addl, sub_path, causes)
+                validate(v, addl, sub_path, causes, old_v)
         if "maxProperties" in schema and len(value) > schema["maxProperties"]:
             causes.append(
                 Cause(
@@ -220,23 +238,55 @@ def validate(value: Any, schema: Schema | None, path: str, causes: list[Cause]) 
         items = schema.get("items")
         if isinstance(items, dict):
             for i, v in enumerate(value):
-                validate(v, items, f"{path}[{i}]", causes)
+                validate(v, items, f"{path}[{i}]", causes, _correlated_item(schema, v, old))
+
+
+def _correlated_item(schema: Schema, item: Any, old: Any) -> Any:
+    """The old list item ``item`` corresponds to: by key in a map list, by value in a set."""
+    if not isinstance(old, list):
+        return MISSING
+    list_type = schema.get("x-kubernetes-list-type")
+    if list_type == "set":
+        return item if item in old else MISSING
+    keys = schema.get("x-kubernetes-list-map-keys") or []
+    if list_type == "map" and keys and isinstance(item, dict):
+        for candidate in old:
+            if isinstance(candidate, dict) and all(candidate.get(k) == item.get(k) for k in keys):
+                return candidate
+    return MISSING
 
 
 def _show(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
 
 
-def process_custom_object(obj: dict[str, Any], schema: Schema | None) -> tuple[dict[str, Any], list[str], list[Cause]]:
-    """Prune, default and validate one custom object: ``(object, pruned paths, causes)``."""
+def process_custom_object(
+    obj: dict[str, Any], schema: Schema | None, old: dict[str, Any] | None = None, status_only: bool = False
+) -> tuple[dict[str, Any], list[str], list[Cause]]:
+    """Prune, default and validate one custom object: ``(object, pruned paths, causes)``.
+
+    ``old`` (the stored object, on an update) makes validation ratchet. ``status_only`` is a
+    write to the status subresource: the real server validates the status against its own
+    schema there, so messages name paths relative to ``status`` while causes keep the full path.
+    """
     pruned: list[str] = []
     if schema is None:
         return obj, pruned, []
     out = prune(obj, schema, "", True, pruned)
     out = apply_defaults(out, _without_meta(schema))
     causes: list[Cause] = []
+    if status_only:
+        if "status" in out:
+            status_schema = (schema.get("properties") or {}).get("status")
+            old_status = old.get("status", MISSING) if old is not None else MISSING
+            validate(out["status"], status_schema, "", causes, old_status)
+            causes = [Cause(c.reason, c.message, f"status.{c.field}" if c.field else "status") for c in causes]
+        return out, pruned, causes
     body = {k: v for k, v in out.items() if k not in ("apiVersion", "kind", "metadata")}
-    validate(body, _without_meta(schema), "", causes)
+    old_body = (
+        {k: v for k, v in old.items() if k not in ("apiVersion", "kind", "metadata")} if old is not None else MISSING
+    )
+    validate(body, _without_meta(schema), "", causes, old_body)
     return out, pruned, causes
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -16,9 +17,10 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client import Counter as PromCounter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from services.embedded.tls import TlsMaterial, make_tls_material, server_context
 from shared.log import get_logger
 
-from . import discovery, errors
+from . import admission, discovery, errors
 from .api import Api
 from .errors import ApiError
 from .faults import FaultError, FaultRule, Faults, default_reason
@@ -34,6 +36,7 @@ from .handlers import (
 )
 from .resources import Registry
 from .store import Store, Watcher
+from .tokens import TokenIssuer
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -75,13 +78,19 @@ class Emulator:
     """A Kubernetes API server emulator. Run it with :meth:`start` in a loop, or use
     :class:`BackgroundEmulator` to run it in a thread of its own."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, history: int = 20000) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, history: int = 20000, tls: TlsMaterial | None = None
+    ) -> None:
         self.host = host
         self.port = port
+        self.tls = tls  # set: serve HTTPS with this CA-signed certificate (in-cluster clients need it)
         self.store = Store(history=history)
         self.registry = Registry()
         self.api = Api(self.store, self.registry)
+        if tls is not None:
+            self.api.cluster_ca_pem = tls.ca_pem
         self.faults = Faults()
+        self.tokens = TokenIssuer()
         self.settings = Settings()
         self.controllers = Controllers(self.api, self.settings.gc_delay_seconds)
         self.open_watches: set[Watcher] = set()
@@ -109,6 +118,10 @@ class Emulator:
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.api.create(ns_rt, "", {"metadata": {"name": name}})
             self.api.ensure_namespace_defaults(name)
+        pc_rt = self.registry.lookup("scheduling.k8s.io", "v1", "priorityclasses")
+        assert pc_rt is not None
+        for pc in admission.system_priority_classes():
+            self.api.create(pc_rt, "", pc)
         # Each served resource's watch history starts now, as the watch caches do at start-up.
         for rt in self.registry.all():
             self.store.open_window(rt.key)
@@ -117,7 +130,7 @@ class Emulator:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def build_app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
@@ -129,7 +142,8 @@ class Emulator:
             self.build_app(), access_log=None, handle_signals=False, shutdown_timeout=2.0, handler_cancellation=True
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        ssl_context = server_context(self.tls) if self.tls is not None else None
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ssl_context)
         await site.start()
         sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
         if sockets:
@@ -153,7 +167,8 @@ class Emulator:
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(kubeconfig_doc(self.url, namespace), sort_keys=False))
+        ca = self.tls.ca_pem if self.tls is not None else None
+        path.write_text(yaml.safe_dump(kubeconfig_doc(self.url, namespace, ca), sort_keys=False))
         return path
 
     # --- test hooks (call on the emulator's loop) --------------------------------------------
@@ -364,11 +379,28 @@ def _fault_error(rule: FaultRule, plural: str, name: str) -> ApiError:
     return err
 
 
-def kubeconfig_doc(url: str, namespace: str = "default") -> dict[str, Any]:
+# The names in-cluster clients may use for the API server, besides the loopback address.
+IN_CLUSTER_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+
+
+def emulator_tls_material(host: str = "127.0.0.1") -> TlsMaterial:
+    """A fresh CA and a serving certificate for the emulator's loopback address and in-cluster names."""
+    return make_tls_material([host, "localhost", *IN_CLUSTER_NAMES], "runnerscale API emulator CA")
+
+
+def kubeconfig_doc(url: str, namespace: str = "default", ca_pem: str | None = None) -> dict[str, Any]:
+    cluster: dict[str, Any] = {"server": url}
+    if ca_pem:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem.encode()).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "runnerscale-emulator", "cluster": {"server": url}}],
+        "clusters": [{"name": "runnerscale-emulator", "cluster": cluster}],
         "users": [{"name": "runnerscale-emulator", "user": {"token": "emulator-not-a-secret"}}],
         "contexts": [
             {
@@ -384,8 +416,8 @@ def kubeconfig_doc(url: str, namespace: str = "default") -> dict[str, Any]:
 class BackgroundEmulator:
     """An Emulator running on its own event loop in a daemon thread (survives test loops)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._host, self._port = host, port
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls: TlsMaterial | None = None) -> None:
+        self._host, self._port, self._tls = host, port, tls
         self.loop: asyncio.AbstractEventLoop | None = None
         self.emulator: Emulator | None = None
         self._thread: threading.Thread | None = None
@@ -407,7 +439,7 @@ class BackgroundEmulator:
         self.loop = loop
         asyncio.set_event_loop(loop)
         try:
-            self.emulator = Emulator(self._host, self._port)
+            self.emulator = Emulator(self._host, self._port, tls=self._tls)
             loop.run_until_complete(self.emulator.start())
         except BaseException as exc:  # reported to the starting thread
             self._error = exc

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from aiohttp import web
 
-from . import discovery
+from . import discovery, watchlist
 from .errors import ApiError
 from .resources import ResourceType
-from .store import Event, Obj, Watcher, WatchFilter
+from .store import Event, Obj, Store, Watcher, WatchFilter
 
 if TYPE_CHECKING:
     from .server import Emulator
@@ -38,6 +38,7 @@ class WatchRequest:
     bookmarks: bool
     table: bool
     include_object: str
+    send_initial_events: bool | None = None  # set: a streaming list (WatchList), see watchlist.py
 
 
 def _status_event(err: ApiError) -> bytes:
@@ -57,22 +58,22 @@ async def serve_watch(
 
     watcher = Watcher(wr.flt, store.max_pending_per_watch)
     rv_text = wr.resource_version
-    if rv_text in ("", "0"):
-        for obj in store.items(rt.key, wr.flt.namespace):
-            if wr.flt.matches(obj):
-                m = obj["metadata"]
-                watcher.pending.append(
-                    Event(
-                        int(m.get("resourceVersion") or 0),
-                        "ADDED",
-                        rt.key,
-                        m.get("namespace", ""),
-                        m["name"],
-                        obj,
-                        None,
-                        0.0,
-                    )
-                )
+    if wr.send_initial_events is not None:
+        # A streaming list: resourceVersionMatch=NotOlderThan, so an old RV is fine (the current
+        # state is newer) and a future one waits for the store like any watch.
+        if (
+            rv_text not in ("", "0")
+            and int(rv_text) > store.rv
+            and not await _stream_caught_up(resp, store, int(rv_text))
+        ):
+            return resp
+        if wr.send_initial_events:
+            _queue_current_state(watcher, store, wr)
+            if wr.bookmarks:
+                end = watchlist.initial_events_end_bookmark(rt.kind, rt.api_version, store.rv)
+                watcher.pending.append(Event(store.rv, "BOOKMARK", rt.key, "", "", end, None, 0.0))
+    elif rv_text in ("", "0"):
+        _queue_current_state(watcher, store, wr)
     else:
         start = int(rv_text)
         oldest = store.oldest_watch_start(rt.key)
@@ -152,6 +153,32 @@ def _next_bookmark(now: float, deadline: float, interval: float) -> float | None
     return due if due >= now else None
 
 
+def _queue_current_state(watcher: Watcher, store: Store, wr: WatchRequest) -> None:
+    """Synthetic ADDED events for the matching objects, in key order, each with its own RV."""
+    for obj in store.items(wr.rt.key, wr.flt.namespace):
+        if wr.flt.matches(obj):
+            m = obj["metadata"]
+            ev = Event(
+                int(m.get("resourceVersion") or 0), "ADDED", wr.rt.key, m.get("namespace", ""), m["name"], obj, None
+            )
+            watcher.pending.append(ev)
+
+
+async def _stream_caught_up(resp: web.StreamResponse, store: Store, start: int) -> bool:
+    """Wait up to 3 s (as the real cacher) for the store to reach ``start``; else send the
+    504 "Too large resource version" ERROR event and report False."""
+    deadline = time.monotonic() + 3.0
+    while store.rv < start and time.monotonic() < deadline:  # noqa: ASYNC110 - no commit hook to wait on
+        await asyncio.sleep(0.05)  # polling the store's RV with a bound, as the cacher does
+    if store.rv >= start:
+        return True
+    err = ApiError(
+        504, "Timeout", f"Timeout: Too large resource version: {start}, current: {store.rv}", retry_after_seconds=1
+    )
+    await resp.write(_status_event(err))
+    return False
+
+
 def _abort(request: web.Request) -> None:
     """Cut the connection without ending the chunked body: the client sees a broken stream."""
     if request.transport is not None:
@@ -167,7 +194,7 @@ def _encode_event(ev: Event, wr: WatchRequest) -> bytes:
     obj: Obj | dict[str, Any] = ev.obj
     if "kind" not in obj or "apiVersion" not in obj:
         obj = {"kind": wr.rt.kind, "apiVersion": wr.rt.api_version, **obj}
-    if wr.table:
+    if wr.table and ev.type != "BOOKMARK":
         meta = {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")}
         obj = discovery.to_table(wr.rt, [obj], meta, wr.include_object)
     return _enc.encode({"type": ev.type, "object": obj}) + b"\n"

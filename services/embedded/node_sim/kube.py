@@ -56,6 +56,11 @@ class KubeRest:
         await config.load_kube_config(config_file=str(path), client_configuration=cfg)
         return cls(client.ApiClient(configuration=cfg), timeout)
 
+    @property
+    def host(self) -> str:
+        """The API server's URL (``https://…`` for a real cluster or ``runnerscale apiserver --tls``)."""
+        return str(self._api.configuration.host)
+
     async def close(self) -> None:
         await self._api.close()
 

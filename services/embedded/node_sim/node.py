@@ -38,10 +38,13 @@ from .podspec import (
     StartError,
     build_command,
     container_mounts,
+    in_cluster_env,
     referenced_objects,
     resolve_env,
     rewrite_env,
     rewrite_path,
+    token_request_body,
+    token_sources,
     volume_files,
 )
 from .probes import check, probe_plan
@@ -499,7 +502,8 @@ class PodWorker:
         while not self.stopping.is_set():
             try:
                 objects = await self._fetch(referenced_objects(self.pod))
-                files = volume_files(self.pod, objects)
+                tokens = await self._service_account_tokens() if self.kind == "process" else None
+                files = volume_files(self.pod, objects, tokens)
             except MountError as exc:
                 await self._event("Warning", "FailedMount", str(exc))
                 if await self._sleep_or_stop(self.cfg.retry_interval):
@@ -521,6 +525,27 @@ class PodWorker:
                     continue
             return True
         return False
+
+    async def _service_account_tokens(self) -> dict[tuple[str, str], bytes]:
+        """A TokenRequest per projected token file, as the kubelet makes (not rotated here)."""
+        assert self.node.kube is not None
+        sa = model.spec(self.pod).get("serviceAccountName") or "default"
+        out = {}
+        for src in token_sources(self.pod):
+            try:
+                answer = await self.node.kube.request(
+                    "POST",
+                    f"/api/v1/namespaces/{self.rt.namespace}/serviceaccounts/{sa}/token",
+                    body=token_request_body(src),
+                )
+            except KubeError as exc:
+                if exc.status >= 500:
+                    raise
+                raise MountError(
+                    f'MountVolume.SetUp failed for volume "{src.volume}" : failed to fetch token: {exc.message}'
+                ) from None
+            out[(src.volume, src.path)] = str((answer.get("status") or {}).get("token", "")).encode()
+        return out
 
     async def _fetch(self, refs: set[tuple[str, str]]) -> dict[tuple[str, str], Obj | None]:
         assert self.node.kube is not None
@@ -635,7 +660,9 @@ class PodWorker:
                 if not (is_main and self.kind == "process"):
                     return _Prepared(env=env)
                 mounts = container_mounts(cspec, self._volume_dirs)
-                env = rewrite_env(env, mounts)
+                assert self.node.kube is not None
+                # The kubelet's service variables come first; the container's own env wins.
+                env = {**in_cluster_env(self.node.kube.host, mounts), **rewrite_env(env, mounts)}
                 cwd = str(self.node.pod_dir(self.rt))
                 if cspec.get("workingDir"):
                     wd = rewrite_path(str(cspec["workingDir"]), mounts)

@@ -14,6 +14,13 @@ import re
 import sys
 from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+
+# SERVICE_ACCOUNT_DIR_ENV names the local directory of a pod's service-account mount: processes
+# share this host's filesystem, so clients read the files there (runnerscale's loader does).
+from shared.kube.client import SERVICE_ACCOUNT_DIR_ENV
 
 Obj = dict[str, Any]
 ObjKey = tuple[str, str]  # ("secrets" | "configmaps", name)
@@ -199,9 +206,96 @@ def resolve_env(pod: Obj, container: Obj, objects: Objects, pod_ip: str = "", ho
     return env
 
 
-def volume_files(pod: Obj, objects: Objects) -> dict[str, list[tuple[str, bytes, int]]]:
-    """Files of every volume the node sim can materialise (secret, configMap, projected with
-    secret/configMap sources, emptyDir; others are skipped), by volume name. Raises MountError."""
+# --- what in-cluster clients read --------------------------------------------------------------
+
+# Where a pod's service-account token, CA and namespace are mounted (a fixed path in every client).
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+class TokenSource(msgspec.Struct, frozen=True):
+    """A projected ``serviceAccountToken`` source: a TokenRequest to make for this file."""
+
+    volume: str
+    path: str
+    audience: str
+    expiration_seconds: int
+
+
+def token_sources(pod: Obj) -> list[TokenSource]:
+    out = []
+    for v in (pod.get("spec") or {}).get("volumes") or []:
+        if not isinstance(v, dict) or not v.get("name"):
+            continue
+        for s in (v.get("projected") or {}).get("sources") or []:
+            tok = (s or {}).get("serviceAccountToken")
+            if isinstance(tok, dict):
+                out.append(
+                    TokenSource(
+                        volume=str(v["name"]),
+                        path=_safe_rel(str(tok.get("path") or "token")),
+                        audience=str(tok.get("audience") or ""),
+                        expiration_seconds=int(tok.get("expirationSeconds") or 3600),
+                    )
+                )
+    return out
+
+
+def token_request_body(source: TokenSource) -> Obj:
+    spec: Obj = {"expirationSeconds": source.expiration_seconds}
+    if source.audience:
+        spec["audiences"] = [source.audience]
+    return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+
+
+def _downward_files(pod: Obj, items: list[Any], default_mode: int) -> list[tuple[str, bytes, int]]:
+    """downwardAPI items with a fieldRef (labels and annotations as the kubelet writes them)."""
+    m = pod.get("metadata") or {}
+    files = []
+    for it in items:
+        if not isinstance(it, dict) or not isinstance(it.get("fieldRef"), dict):
+            continue  # resourceFieldRef: no container limits to report here
+        path = str(it["fieldRef"].get("fieldPath") or "")
+        if path in ("metadata.labels", "metadata.annotations"):
+            pairs = sorted((m.get(path.split(".")[1]) or {}).items())
+            value = "\n".join(f'{k}="{val}"' for k, val in pairs)
+        else:
+            value = field_value(pod, path, "", "")
+        files.append((_safe_rel(str(it.get("path") or "")), value.encode(), int(it.get("mode") or default_mode)))
+    return files
+
+
+def in_cluster_env(api_url: str, mounts: list[tuple[str, str]]) -> dict[str, str]:
+    """What a kubelet tells a container about the API server, plus the local directory of its
+    service-account mount. The service variables only for an HTTPS server: in-cluster clients
+    always speak HTTPS to ``KUBERNETES_SERVICE_HOST:PORT``."""
+    env: dict[str, str] = {}
+    url = urlsplit(api_url)
+    if url.scheme == "https" and url.hostname:
+        port = str(url.port or 443)
+        host = url.hostname
+        shown = f"[{host}]" if ":" in host else host
+        env.update(
+            {
+                "KUBERNETES_SERVICE_HOST": host,
+                "KUBERNETES_SERVICE_PORT": port,
+                "KUBERNETES_SERVICE_PORT_HTTPS": port,
+                "KUBERNETES_PORT": f"tcp://{shown}:{port}",
+            }
+        )
+    local = rewrite_path(SERVICE_ACCOUNT_DIR, mounts)
+    if local != SERVICE_ACCOUNT_DIR:
+        env[SERVICE_ACCOUNT_DIR_ENV] = local
+    return env
+
+
+def volume_files(
+    pod: Obj, objects: Objects, tokens: dict[tuple[str, str], bytes] | None = None
+) -> dict[str, list[tuple[str, bytes, int]]]:
+    """Files of every volume the node sim can materialise (secret, configMap, downwardAPI,
+    projected with secret/configMap/downwardAPI/serviceAccountToken sources, emptyDir; others are
+    skipped), by volume name. ``tokens`` holds the fetched token of each (volume, path) of
+    :func:`token_sources` (None: token files are left out, for pods whose files are not written).
+    Raises MountError."""
     out: dict[str, list[tuple[str, bytes, int]]] = {}
     for v in (pod.get("spec") or {}).get("volumes") or []:
         if not isinstance(v, dict) or not v.get("name"):
@@ -210,13 +304,29 @@ def volume_files(pod: Obj, objects: Objects) -> dict[str, list[tuple[str, bytes,
         if isinstance(v.get("emptyDir"), dict):
             out[vname] = []
             continue
-        sources = _volume_sources(v)
-        if not sources:
-            continue
         default_mode = int(
-            (v.get("projected") or v.get("secret") or v.get("configMap") or {}).get("defaultMode") or 0o644
+            (v.get("projected") or v.get("secret") or v.get("configMap") or v.get("downwardAPI") or {}).get(
+                "defaultMode"
+            )
+            or 0o644
         )
-        files: list[tuple[str, bytes, int]] = []
+        if isinstance(v.get("downwardAPI"), dict):
+            out[vname] = _downward_files(pod, v["downwardAPI"].get("items") or [], default_mode)
+            continue
+        extra: list[tuple[str, bytes, int]] = []
+        for s in (v.get("projected") or {}).get("sources") or []:
+            if isinstance((s or {}).get("downwardAPI"), dict):
+                extra += _downward_files(pod, s["downwardAPI"].get("items") or [], default_mode)
+            tok = (s or {}).get("serviceAccountToken")
+            if isinstance(tok, dict) and tokens is not None:
+                path = _safe_rel(str(tok.get("path") or "token"))
+                if (vname, path) not in tokens:
+                    raise MountError(f'MountVolume.SetUp failed for volume "{vname}" : no service account token yet')
+                extra.append((path, tokens[(vname, path)], default_mode))
+        sources = _volume_sources(v)
+        if not sources and not extra:
+            continue
+        files: list[tuple[str, bytes, int]] = list(extra)
         for kind, src in sources:
             name = str(src.get("secretName") if kind == "secrets" else src.get("name") or "")
             obj = objects.get((kind, name))
