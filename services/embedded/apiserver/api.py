@@ -303,6 +303,7 @@ class Api:
             causes = admission.validate_event(obj, events_api=rt.group == "events.k8s.io")
             if causes:
                 raise errors.invalid("", "Event", obj["metadata"]["name"], causes)
+        elif rt.kind == "PriorityClass":
             admission.admit_priority_class(obj, None, self.store.items(admission.PRIORITY_CLASS_KEY))
         elif rt.kind == "CustomResourceDefinition":
             self._crd_prepare(obj)
