@@ -273,3 +273,73 @@ def test_arc_chart_fixture_is_what_the_chart_renders() -> None:
     for obj in objects.values():
         assert obj["metadata"]["finalizers"] == ["actions.github.com/cleanup-protection"]
         assert obj["metadata"]["annotations"] is None  # an empty `annotations:` as the chart renders it
+
+
+def _can_i(kubeconfig: Path, account: str, verb: str, group: str, resource: str, namespace: str) -> bool:
+    plural, _, sub = resource.partition("/")
+    args = ["auth", "can-i", verb, plural + (f".{group}" if group else ""), f"--as={account}", "-n", namespace]
+    if sub:
+        args.append(f"--subresource={sub}")
+    got = kubectl(*args, kubeconfig=kubeconfig)
+    answer = got.stdout.strip()
+    assert answer in ("yes", "no"), f"{args}: {got.stdout} {got.stderr}"
+    return answer == "yes"
+
+
+def test_rbac_is_enforced_as_intended_by_a_real_api_server(
+    helm: Path, kube_api: Any, namespace: str, crds_installed: None, tmp_path: Path
+) -> None:
+    """The chart's ServiceAccounts, ClusterRoles and Roles installed for real; the API server's RBAC
+    authorizer then answers yes to every use tests/deploy/test_rbac.py lists for a worker, in the
+    scope it needs, and no outside it; the listener-pod worker may create its listener Role (no
+    escalation refusal)."""
+    if kube_api.is_emulator:
+        pytest.skip("RBAC enforcement needs a real API server: the emulator stores RBAC objects but authorizes all")
+    from services.listener_pod.desired import role_rules
+    from tests.deploy.test_rbac import ANY, CONTROLLER, USES
+
+    case = _case("default", namespace)
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    rbac = [d.obj for d in render(helm, case) if d.kind in kinds]
+    path = _write(tmp_path / "rbac.yaml", rbac)
+    result = kubectl("apply", "--server-side", "-f", str(path), kubeconfig=kube_api.kubeconfig)
+    try:
+        assert result.returncode == 0, result.stderr
+        elsewhere = f"{namespace}-elsewhere"  # a scale sets' namespace: authorization needs no namespace object
+        for worker, uses in USES.items():
+            account = f"system:serviceaccount:{namespace}:rs-{namespace}-runnerscale-{worker}"
+            anywhere = {(g, r, v) for g, r, v, scope in uses if scope == ANY}
+            for group, resource, verb, scope in uses:
+                assert _can_i(kube_api.kubeconfig, account, verb, group, resource, namespace), (worker, verb, resource)
+                in_scale_set_namespace = _can_i(kube_api.kubeconfig, account, verb, group, resource, elsewhere)
+                assert in_scale_set_namespace == (scope == ANY or (group, resource, verb) in anywhere), (
+                    worker,
+                    verb,
+                    resource,
+                    scope,
+                )
+            for verb, group, resource in (
+                ("delete", "", "namespaces"),
+                ("create", "rbac.authorization.k8s.io", "clusterroles"),
+            ):
+                assert not _can_i(kube_api.kubeconfig, account, verb, group, resource, namespace), (worker, verb)
+            assert CONTROLLER in {scope for *_, scope in uses}  # every worker holds its shard Leases
+
+        listener_role = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "arc-runner-set-listener", "namespace": namespace},
+            "rules": role_rules("arc-runner-set-abc12"),
+        }
+        created = kubectl(
+            "create", "--dry-run=server", "-f", str(_write(tmp_path / "role.yaml", [listener_role])),
+            f"--as=system:serviceaccount:{namespace}:rs-{namespace}-runnerscale-listener-pod",
+            kubeconfig=kube_api.kubeconfig,
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+    finally:
+        cluster_scoped = [o for o in rbac if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+        kubectl(
+            "delete", "--ignore-not-found", "-f", str(_write(tmp_path / "cluster.yaml", cluster_scoped)),
+            kubeconfig=kube_api.kubeconfig,
+        )  # fmt: skip
