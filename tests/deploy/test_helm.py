@@ -453,6 +453,8 @@ def test_maximal_values_reach_the_objects(helm: Path) -> None:
         assert args[0] == worker and set(values["extraArgs"]) <= set(args)
         assert "--metrics-addr=:9090" in args and "--health-addr=:9092" in args
         assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9092}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+        assert c["livenessProbe"]["httpGet"] == c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
         prefixes = [a for a in args if a.startswith("--exclude-label-propagation-prefix=")]
         assert len(prefixes) == (2 if worker != "runner-set" else 0)
     args = pod_container(docs, case, "scale-set")[1]["args"]
