@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import yaml
 
@@ -85,6 +86,7 @@ def kubectl(*args: str, kubeconfig: Path, timeout: float = 60) -> subprocess.Com
     env["HOME"] = str(kubeconfig.parent)  # no ~/.kube cache or config of the developer
     return subprocess.run(
         [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
+        check=False,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -107,6 +109,39 @@ def write_kubeconfig(path: Path, server: str) -> Path:
         )
     )
     return path
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The helm binary, built from the Go module proxy on first use (tests/tools/helm.py). Without
+    Go the test fails and says how to get it: nothing is skipped."""
+    from tests.tools.helm import HelmUnavailable, ensure_helm
+
+    try:
+        return ensure_helm()
+    except HelmUnavailable as exc:
+        pytest.fail(f"helm is not available: {exc}")
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """Replaces ``anyio.run`` (the start of a worker's event loop) to capture what a worker's
+    ``main(argv)`` would run, and clears the runnerscale environment of the test process."""
+    calls: list[tuple[Any, ...]] = []
+
+    def fake_run(func: Any, *args: Any, **kwargs: Any) -> int:
+        calls.append((func, *args))
+        return 0
+
+    monkeypatch.setattr(anyio, "run", fake_run)
+    for name in list(os.environ):
+        if name.startswith(("RUNNERSCALE_", "CONTROLLER_MANAGER_", "KUBE")) or name in (
+            "POD_NAME",
+            "POD_NAMESPACE",
+            "LISTENER_CONFIG_PATH",
+        ):
+            monkeypatch.delenv(name)
+    return calls
 
 
 # --- the API emulator as a subprocess ------------------------------------------------------------
@@ -172,6 +207,7 @@ STUB_RESOURCES: tuple[tuple[str, str, str, str, bool], ...] = (
     ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
     ("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True),
     ("monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True),
+    ("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule", True),
 )
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 

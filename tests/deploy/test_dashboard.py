@@ -1,10 +1,8 @@
-"""deploy/dashboards/runnerscale.json queries only metrics the code exports, and covers what an
-operator needs (runners, jobs, durations, reconcile errors, bus rejections, listener health).
+"""deploy/dashboards/runnerscale.json queries only metrics the code exports, shows every metric the
+workers and listeners export on a panel (or says why not), and covers what an operator needs.
 
-The exported names are found by reading the code: every ``Counter``/``Gauge``/``Histogram``/
-``Summary`` constructor (and the listener's ``gauge(...)`` helper) under services/ and shared/,
-expanded to the series names prometheus_client exposes (``_total`` for counters; ``_bucket``,
-``_sum``, ``_count`` for histograms)."""
+The exported metrics are read from the code and the queried ones from the parsed PromQL
+(tests/deploy/exported_metrics.py)."""
 
 from __future__ import annotations
 
@@ -14,97 +12,37 @@ import re
 import pytest
 
 from tests.deploy.conftest import DASHBOARD, ROOT
+from tests.deploy.exported_metrics import exported_families, exported_series, metric_names
 
-_CONSTRUCTOR = re.compile(r"\b(Counter|Gauge|Histogram|Summary|gauge)\(\s*\"([a-zA-Z_:][a-zA-Z0-9_:]*)\"")
+CHART_DASHBOARD = ROOT / "deploy" / "helm" / "runnerscale" / "files" / "runnerscale-dashboard.json"
 
-
-def exported_series() -> dict[str, str]:
-    """series name → the metric family it belongs to."""
-    out: dict[str, str] = {}
-    for path in sorted([*(ROOT / "services").rglob("*.py"), *(ROOT / "shared").rglob("*.py")]):
-        for kind, name in _CONSTRUCTOR.findall(path.read_text()):
-            if kind == "Counter":
-                base = name.removesuffix("_total")
-                series = [f"{base}_total", f"{base}_created"]
-            elif kind == "Histogram":
-                series = [f"{name}_bucket", f"{name}_sum", f"{name}_count", f"{name}_created"]
-            elif kind == "Summary":
-                series = [name, f"{name}_sum", f"{name}_count", f"{name}_created"]
-            else:
-                series = [name]
-            out.update({s: name for s in series})
-    return out
-
-
-PROMQL_WORDS = {
-    "sum",
-    "min",
-    "max",
-    "avg",
-    "count",
-    "rate",
-    "irate",
-    "increase",
-    "histogram_quantile",
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
-    "and",
-    "or",
-    "unless",
-    "offset",
-    "bool",
-    "topk",
-    "bottomk",
-    "label_values",
-    "clamp_min",
-    "clamp_max",
-    "abs",
-    "delta",
-    "deriv",
-    "time",
-    "vector",
-    "scalar",
+# Exported metric families deliberately not on a panel, each with the reason.
+INTENTIONALLY_ABSENT = {
+    "runnerscale_listener_patch_id": (
+        "a sequence number of the patch-ID protocol for debugging a single scale set (README "
+        '"Listener"): it only ever rises, so a graph of it tells an operator nothing; the desired '
+        'runners it comes with are on "Desired vs registered vs busy runners"'
+    ),
 }
 
 
-def metric_names(expr: str) -> set[str]:
-    """Metric names in a PromQL expression: identifiers outside label matchers, ranges, strings and
-    `by (...)` lists, that are not functions or keywords."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)
-    text = re.sub(r"\{[^}]*\}", "", text)
-    text = re.sub(r"\[[^\]]*\]", "", text)
-    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
-    names = set()
-    for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", text):
-        word = m.group(0)
-        if word in PROMQL_WORDS or re.match(r"\s*\(", text[m.end() :]) or word.startswith("$"):
-            continue
-        if m.start() > 0 and text[m.start() - 1] == "$":
-            continue  # a Grafana variable ($__rate_interval, $namespace)
-        names.add(word)
-    return names
-
-
 def dashboard_exprs() -> list[str]:
+    """PromQL of every panel target (label_values(...) template queries are Grafana's, not PromQL:
+    their metric selector is returned)."""
     dash = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
-    exprs += [v["query"]["query"] for v in dash["templating"]["list"] if v["type"] == "query"]
+    for variable in dash["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]["query"]
+            found = re.fullmatch(r"label_values\((.+),\s*\w+\)", query)
+            assert found, f"unexpected template query {query!r}"
+            exprs.append(found.group(1))
     return exprs
 
 
-def test_metric_name_extraction() -> None:
-    assert metric_names(
-        'histogram_quantile(0.9, sum by (le, name) (rate(gha_job_startup_duration_seconds_bucket{namespace=~"$namespace"}[$__rate_interval])))'
-    ) == {"gha_job_startup_duration_seconds_bucket"}
-    # label_values' second argument is a label, dropped by the caller
-    assert metric_names('label_values(gha_desired_runners{namespace=~"$namespace"}, name)') == {
-        "gha_desired_runners",
-        "name",
-    }
+def queried_families() -> set[str]:
+    series = exported_series()
+    return {series[name] for e in dashboard_exprs() for name in metric_names(e) if name in series}
 
 
 def test_code_exports_the_arc_names() -> None:
@@ -123,11 +61,46 @@ def test_code_exports_the_arc_names() -> None:
 @pytest.mark.parametrize("expr", dashboard_exprs())
 def test_every_queried_metric_exists_in_the_code(expr: str) -> None:
     series = exported_series()
-    names = metric_names(expr)
-    if expr.startswith("label_values("):
-        names -= {expr.rstrip(")").rpartition(",")[2].strip()}  # the label argument
+    names = metric_names(expr)  # raises on invalid PromQL
     assert names, f"no metric in {expr!r}"
     assert names <= set(series), f"not exported by the code: {names - set(series)}"
+
+
+def test_every_exported_metric_is_on_a_panel() -> None:
+    """Each metric family the code exports is queried by some panel, or listed in
+    INTENTIONALLY_ABSENT with a reason; nothing is listed there that is on a panel or gone."""
+    families = set(exported_families())
+    queried = queried_families()
+    missing = families - queried - set(INTENTIONALLY_ABSENT)
+    assert not missing, f"exported but on no panel (add a panel or a reason in INTENTIONALLY_ABSENT): {sorted(missing)}"
+    assert not set(INTENTIONALLY_ABSENT) & queried, "listed as absent but on a panel"
+    assert set(INTENTIONALLY_ABSENT) <= families, "listed as absent but no longer exported"
+    assert all(len(reason) > 40 for reason in INTENTIONALLY_ABSENT.values())
+
+
+def test_failure_budget_metrics_have_their_own_panels() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    on_panel = {
+        name: panel["title"]
+        for panel in dash["panels"]
+        for target in panel.get("targets", [])
+        for name in metric_names(target["expr"])
+    }
+    for family in (
+        "runnerscale_runner_set_failure_backoff_level",
+        "runnerscale_runner_set_failure_backoff_seconds",
+        "runnerscale_runner_set_failure_budget_failures",
+        "runnerscale_runner_set_failure_backoffs_total",
+        "runnerscale_runner_set_failed_runners_replaced_total",
+        "runnerscale_runner_failures_total",
+    ):
+        assert family in on_panel, family
+
+
+def test_chart_ships_the_same_dashboard() -> None:
+    assert CHART_DASHBOARD.read_bytes() == DASHBOARD.read_bytes(), (
+        "copy deploy/dashboards/runnerscale.json to deploy/helm/runnerscale/files/runnerscale-dashboard.json"
+    )
 
 
 def test_dashboard_covers_the_operator_questions() -> None:

@@ -5,13 +5,12 @@ only ``anyio.run`` (the start of the event loop) is replaced to capture what it 
 
 from __future__ import annotations
 
-import os
+import base64
 from typing import Any
 
-import anyio
 import pytest
 
-from tests.deploy.conftest import MANIFESTS, NAMESPACE, NATS, WORKERS, deployment_of, find, load_docs
+from tests.deploy.conftest import MANIFESTS, NAMESPACE, NATS, WORKERS, Doc, deployment_of, find, load_docs
 
 MAINS = {
     "scale-set": "services.scale_set.worker:main",
@@ -21,50 +20,40 @@ MAINS = {
 }
 
 
-def container_env(container: dict[str, Any], pod_name: str) -> dict[str, str]:
-    """The environment Kubernetes builds for ``container`` from the objects in deploy/."""
-    docs = load_docs(MANIFESTS, NATS)
+def secret_data(secret: dict[str, Any]) -> dict[str, str]:
+    """A Secret's values as a pod sees them (``data`` is base64, ``stringData`` plain and wins)."""
+    data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+    return {**data, **(secret.get("stringData") or {})}
+
+
+def container_env(
+    container: dict[str, Any], pod_name: str, docs: list[Doc] | None = None, namespace: str = NAMESPACE
+) -> dict[str, str]:
+    """The environment Kubernetes builds for ``container`` from ``docs`` (default: deploy/)."""
+    docs = load_docs(MANIFESTS, NATS) if docs is None else docs
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
         if "configMapRef" in source:
             env.update(find(docs, "ConfigMap", source["configMapRef"]["name"]).obj["data"])
         else:
-            env.update(find(docs, "Secret", source["secretRef"]["name"]).obj["stringData"])
+            env.update(secret_data(find(docs, "Secret", source["secretRef"]["name"]).obj))
     for item in container.get("env", []):
         if "value" in item:
             env[item["name"]] = item["value"]
             continue
         source = item["valueFrom"]
         if "fieldRef" in source:
-            env[item["name"]] = {"metadata.name": pod_name, "metadata.namespace": NAMESPACE}[
+            env[item["name"]] = {"metadata.name": pod_name, "metadata.namespace": namespace}[
                 source["fieldRef"]["fieldPath"]
             ]
         elif "secretKeyRef" in source:
             ref = source["secretKeyRef"]
-            env[item["name"]] = find(docs, "Secret", ref["name"]).obj["stringData"][ref["key"]]
+            env[item["name"]] = secret_data(find(docs, "Secret", ref["name"]).obj)[ref["key"]]
         else:
             env[item["name"]] = find(docs, "ConfigMap", source["configMapKeyRef"]["name"]).obj["data"][
                 source["configMapKeyRef"]["key"]
             ]
     return env
-
-
-@pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
-    calls: list[tuple[Any, ...]] = []
-
-    def fake_run(func: Any, *args: Any, **kwargs: Any) -> int:
-        calls.append((func, *args))
-        return 0
-
-    monkeypatch.setattr(anyio, "run", fake_run)
-    for name in list(os.environ):
-        if name.startswith(("RUNNERSCALE_", "CONTROLLER_MANAGER_", "KUBE")) or name in (
-            "POD_NAME",
-            "LISTENER_CONFIG_PATH",
-        ):
-            monkeypatch.delenv(name)
-    return calls
 
 
 def _main(worker: str):

@@ -27,8 +27,13 @@ from tests.deploy.conftest import (
     load_docs,
 )
 
+# Kubernetes YAML under deploy/; the Helm chart's files are templates, checked by tests/deploy/test_helm.py.
 ALL_YAML = sorted(
-    p for p in DEPLOY.rglob("*") if p.is_file() and (p.suffix in (".yaml", ".yml") or p.name == "Kustomization")
+    p
+    for p in DEPLOY.rglob("*")
+    if p.is_file()
+    and (p.suffix in (".yaml", ".yml") or p.name == "Kustomization")
+    and p.relative_to(DEPLOY).parts[0] != "helm"
 )
 INSTALL = INSTALL_DIRS
 
@@ -125,6 +130,7 @@ def test_only_known_kinds() -> None:
     assert {(d.obj["apiVersion"], d.kind) for d in load_docs(MONITORING)} == {
         ("monitoring.coreos.com/v1", "ServiceMonitor"),
         ("monitoring.coreos.com/v1", "PodMonitor"),
+        ("monitoring.coreos.com/v1", "PrometheusRule"),
     }
 
 

@@ -156,26 +156,34 @@ PACKAGES = {"scale-set": "scale_set", "runner-set": "runner_set", "runner": "run
 # --- what the manifests grant ------------------------------------------------------------------------
 
 
-def _rbac_docs() -> list[Doc]:
-    return [d for d in load_docs(MANIFESTS) if d.obj["apiVersion"].startswith("rbac.authorization.k8s.io/")]
+def _rbac_docs(docs: list[Doc] | None = None) -> list[Doc]:
+    docs = load_docs(MANIFESTS) if docs is None else docs
+    return [d for d in docs if d.obj["apiVersion"].startswith("rbac.authorization.k8s.io/")]
 
 
-def grants(worker: str) -> dict[str, set[tuple[str, str, str]]]:
-    """scope → {(group, resource, verb)} granted to ServiceAccount runnerscale-<worker>."""
-    docs = _rbac_docs()
+def grants(
+    worker: str, docs: list[Doc] | None = None, *, account: str = "", namespace: str = NAMESPACE
+) -> dict[str, set[tuple[str, str, str]]]:
+    """scope → {(group, resource, verb)} granted to the worker's ServiceAccount (``account``, default
+    runnerscale-<worker>, in ``namespace``) by ``docs`` (default: deploy/manifests). Scopes: ANY
+    (ClusterRoleBinding), CONTROLLER (a binding in ``namespace``), or the name of another namespace
+    whose RoleBinding grants it (a RoleBinding may refer to a ClusterRole: its rules then apply in
+    the binding's namespace only)."""
+    docs = _rbac_docs(docs)
+    account = account or f"runnerscale-{worker}"
     roles = {(d.kind, d.namespace, d.name): d.obj for d in docs if d.kind in ("Role", "ClusterRole")}
     out: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
     for d in docs:
         if d.kind not in ("RoleBinding", "ClusterRoleBinding"):
             continue
         if not any(
-            s["kind"] == "ServiceAccount" and s["name"] == f"runnerscale-{worker}" and s["namespace"] == NAMESPACE
+            s["kind"] == "ServiceAccount" and s["name"] == account and s["namespace"] == namespace
             for s in d.obj["subjects"]
         ):
             continue
         ref = d.obj["roleRef"]
         role = roles[(ref["kind"], d.namespace if ref["kind"] == "Role" else "", ref["name"])]
-        scope = ANY if d.kind == "ClusterRoleBinding" else (CONTROLLER if d.namespace == NAMESPACE else d.namespace)
+        scope = ANY if d.kind == "ClusterRoleBinding" else (CONTROLLER if d.namespace == namespace else d.namespace)
         for rule in role["rules"]:
             assert not rule.get("resourceNames"), f"{ref['name']}: resourceNames are not modelled here"
             for group in rule["apiGroups"]:

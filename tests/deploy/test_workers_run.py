@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.deploy.conftest import NATS, RUNNERSCALE, WORKERS, deployment_of, find, load_docs
+from tests.deploy.exported_metrics import PROCESS_COLLECTORS, exported_series
 from tests.deploy.test_flags import container_env
 from tests.fixtures.nats import NatsServer, _free_port
 
@@ -66,9 +67,10 @@ def test_worker_runs_as_deployed(worker: str, emulator, nats_url: str, tmp_path)
     local = {name: _free_port() for name in ports}
     args = []
     for arg in container["args"]:
+        local_arg = arg
         for name, port in ports.items():
-            arg = arg.replace(f"=:{port}", f"=127.0.0.1:{local[name]}")
-        args.append(arg)
+            local_arg = local_arg.replace(f"=:{port}", f"=127.0.0.1:{local[name]}")
+        args.append(local_arg)
     assert args != container["args"]
 
     proc = subprocess.Popen(
@@ -91,6 +93,10 @@ def test_worker_runs_as_deployed(worker: str, emulator, nats_url: str, tmp_path)
         status, metrics = _get(f"http://127.0.0.1:{local['metrics']}/metrics")
         assert status == 200
         assert "controller_runtime_max_concurrent_reconciles" in metrics and "runnerscale_bus_connected 1.0" in metrics
+        # what the dashboard and alert tests read from the code is what the process serves
+        served = {line.split("{")[0].split()[0] for line in metrics.splitlines() if line and not line.startswith("#")}
+        unknown = {n for n in served if not n.startswith(PROCESS_COLLECTORS)} - set(exported_series())
+        assert not unknown, f"served but not found in the code by tests/deploy/exported_metrics.py: {unknown}"
 
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=pod["terminationGracePeriodSeconds"])
