@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench install clean
+.PHONY: test demo bench install clean controlplane
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "needs $(PYTHON) on PATH"; exit 1; }
@@ -17,7 +17,10 @@ install: $(STAMP)
 
 ## Run the whole test suite: lint, format, layer contracts and types first (fast fail), then
 ## pytest (unit, conformance, contract, bus, scenario, end to end). The doubles in services/embedded
-## and tests/ join the ruff check and mypy gates later (pyproject.toml says why).
+## and tests/ join the ruff check and mypy gates later (pyproject.toml says why). The
+## Kubernetes-facing tests run on the emulator and on a real control plane; pytest builds that
+## (the `controlplane` target's work, cached) in the background while the other tests run, and
+## stops at once with a hint if Go is missing.
 test: $(STAMP)
 	$(BIN)/ruff check shared services --extend-exclude services/embedded
 	$(BIN)/ruff format --check .
@@ -32,6 +35,11 @@ demo: $(STAMP)
 ## Run the benchmarks and print their tables.
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.bench $(BENCH_ARGS)
+
+## Build etcd, kube-apiserver and kube-controller-manager from the Go module proxy (cached by
+## version outside the checkout); `python -m tests.controlplane up|env|status|down` runs them.
+controlplane: $(STAMP)
+	$(BIN)/python -m tests.controlplane build
 
 clean:
 	rm -rf $(VENV) .pytest_cache
