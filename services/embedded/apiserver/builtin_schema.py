@@ -20,6 +20,7 @@ MODEL_FOR_KIND: dict[tuple[str, str], str] = {
     ("", "Secret"): "V1Secret",
     ("", "ServiceAccount"): "V1ServiceAccount",
     ("", "Namespace"): "V1Namespace",
+    ("", "Node"): "V1Node",
     ("", "Event"): "CoreV1Event",
     ("events.k8s.io", "Event"): "EventsV1Event",
     ("rbac.authorization.k8s.io", "Role"): "V1Role",

@@ -97,6 +97,17 @@ def builtin_types() -> list[ResourceType]:
             graceful_delete=True,
             selectable_fields=_POD_FIELDS,
         ),
+        # Cluster-scoped like a real server's; the node simulator registers and heartbeats its Node.
+        _builtin(
+            "",
+            "v1",
+            "nodes",
+            "Node",
+            False,
+            short_names=("no",),
+            status_subresource=True,
+            selectable_fields=("metadata.name", "spec.unschedulable"),
+        ),
         _builtin("", "v1", "secrets", "Secret", True, selectable_fields=_BASE_FIELDS + ("type",)),
         _builtin("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
         _builtin("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",), return_deleted_object=True),

@@ -25,7 +25,12 @@ def _parser() -> argparse.ArgumentParser:
         help="Actions simulator base URL runner pods talk to (default: the serverUrl in each JIT config)",
     )
     p.add_argument("--node-name", default="node-sim", help="node name pods are bound to (default: node-sim)")
-    p.add_argument("--namespace", default=None, help="only pods of this namespace (default: all)")
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=None,
+        help="only pods of this namespace (repeatable; default: all namespaces)",
+    )
     p.add_argument(
         "--exec-image",
         action="append",
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         kubeconfig=args.kubeconfig,
         actions_url=args.actions_url,
         node_name=args.node_name,
-        namespace=args.namespace,
+        namespace=",".join(args.namespace) if args.namespace else None,
         exec_images=args.exec_image or ["*runnerscale*"],
         fail_image_pulls=args.fail_image_pull,
         max_grace_seconds=args.max_grace_seconds,

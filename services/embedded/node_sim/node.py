@@ -30,6 +30,7 @@ from services.embedded.actions_sim.runner_agent import DEFAULT_RUNNER_VERSION, r
 from shared.log import get_logger
 
 from . import model
+from .heartbeat import NodeHeartbeat, NodeIdentity
 from .kube import TRANSIENT_ERRORS, KubeError, KubeRest, PodHandler, run_pod_informer
 from .model import JIT_ENV, ContainerRuntime, Obj, PodRuntime
 from .podspec import (
@@ -59,7 +60,7 @@ class NodeSimConfig(msgspec.Struct, kw_only=True):
     kubeconfig: str
     actions_url: str | None = None  # overrides the serverUrl inside runners' JIT configs
     node_name: str = "node-sim"
-    namespace: str | None = None  # None: every namespace
+    namespace: str | None = None  # None: every namespace; "a,b": only pods of these namespaces
     exec_images: list[str] = msgspec.field(default_factory=lambda: ["*runnerscale*"])
     fail_image_pulls: list[str] = msgspec.field(default_factory=list)
     max_grace_seconds: float = 30.0
@@ -72,6 +73,11 @@ class NodeSimConfig(msgspec.Struct, kw_only=True):
     request_timeout: float = 10.0
     watch_timeout: int = 300
     node_labels: dict[str, str] = msgspec.field(default_factory=dict)
+    # The Node object and its heartbeats (wherever the server serves nodes); see heartbeat.py.
+    register_node: bool = True
+    heartbeat_interval: float = 10.0  # node Lease renewals, as a kubelet's
+    node_status_interval: float = 60.0  # Node condition heartbeats
+    node_lease_seconds: int = 40
 
 
 class ContainerHandle:
@@ -112,6 +118,8 @@ class NodeSim(PodHandler):
         self._tg: anyio.abc.TaskGroup | None = None
         self._state_dir = Path(config.state_dir) if config.state_dir else None
         self._own_state_dir = False
+        self.heartbeat: NodeHeartbeat | None = None
+        self._namespaces = tuple(n.strip() for n in (config.namespace or "").split(",") if n.strip())
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -124,6 +132,15 @@ class NodeSim(PodHandler):
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                if self.config.register_node:
+                    self.heartbeat = NodeHeartbeat(
+                        self.kube,
+                        NodeIdentity(self.node_name, self.node_labels, self.config.host_ip),
+                        heartbeat_interval=self.config.heartbeat_interval,
+                        status_interval=self.config.node_status_interval,
+                        lease_duration_seconds=self.config.node_lease_seconds,
+                    )
+                    tg.start_soon(self.heartbeat.run, name="node heartbeat")
                 tg.start_soon(self._informer)
                 task_status.started()
         finally:
@@ -140,9 +157,9 @@ class NodeSim(PodHandler):
                 log.info("node simulator synced", node=self.node_name, pods=len(self.workers))
             self.synced.set()
 
-        await run_pod_informer(
-            self.kube, self.config.namespace, self, watch_timeout=self.config.watch_timeout, on_synced=synced
-        )
+        # One namespace: watch just it; several: watch all and keep to those (``_manages``).
+        only = self._namespaces[0] if len(self._namespaces) == 1 else None
+        await run_pod_informer(self.kube, only, self, watch_timeout=self.config.watch_timeout, on_synced=synced)
 
     def output(self, line: str) -> None:
         self._output(line)
@@ -154,6 +171,8 @@ class NodeSim(PodHandler):
     # --- informer callbacks ------------------------------------------------------------------
 
     def _manages(self, pod: Obj) -> bool:
+        if self._namespaces and model.meta(pod).get("namespace") not in self._namespaces:
+            return False
         node = model.spec(pod).get("nodeName") or ""
         if node == self.node_name:
             # A finished pod needs nothing more from a kubelet unless it is being deleted.
