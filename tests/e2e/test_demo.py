@@ -3,11 +3,14 @@
 This runs `runnerscale demo` exactly as `make demo` does (smaller waves, shorter jobs): nats-server,
 the API emulator, the Actions simulator, the node simulator and the four workers as separate
 processes, the listener as a real process started by the node simulator from the listener pod.
+On the real server (``kube_api`` = ``real``) the demo runs with ``--kubeconfig`` against it
+instead of starting its own emulator, in namespaces of its own, and must clean up after itself.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +25,21 @@ def _run_demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "shared.cli", "demo", "--workdir", str(tmp_path / "demo"), *args],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=420,  # the workload (--timeout) plus start-up and, on a real cluster, clean-up
+        check=False,
     )
 
 
-def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path):
+def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path, kube_api):
+    target: list[str] = []
+    if not kube_api.is_emulator:
+        suffix = secrets.token_hex(3)
+        target = ["--kubeconfig", str(kube_api.kubeconfig), "--namespace", f"e2e-{suffix}"]
+        target += ["--controller-namespace", f"e2e-{suffix}-systems"]
     done = _run_demo(
-        tmp_path, "--waves", "3,1", "--job-seconds", "2", "--min-runners", "1", "--max-runners", "4", "--timeout", "150"
+        tmp_path,
+        *("--waves", "3,1", "--job-seconds", "2", "--min-runners", "1", "--max-runners", "4", "--timeout", "150"),
+        *target,
     )
     out = done.stdout
     assert done.returncode == 0, (
@@ -43,6 +54,9 @@ def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path):
     # The listener's desired state was seen on the bus, and it reached min+jobs capped at max.
     desired = [int(m) for m in re.findall(r"desired=(\d+) patchId=", out)]
     assert desired and max(desired) == 4 and desired[-1] == 1
+    if target:
+        assert "ok: the workers removed the scale set and everything it owned" in out
+        assert "ok: cleaned up the cluster" in out
 
 
 def test_demo_rejects_bad_arguments_without_starting_anything(tmp_path):

@@ -6,6 +6,10 @@ does with ARC — creates a namespace, a GitHub token Secret and an AutoscalingR
 queues waves of jobs at the simulator. It prints one status line per tick (jobs, desired
 runners, runners by phase) and checks that the set scales up for the jobs and back down to
 ``minRunners`` when they are done. Exit code 0 when it did; 1 when it did not within the time.
+
+With ``--kubeconfig FILE`` it uses that cluster instead of starting the emulator (node-sim is its
+scheduler and kubelet there): it installs the CRDs, works in its own namespaces, and at the end
+deletes the AutoscalingRunnerSet while the workers run, then everything else it created.
 """
 
 from __future__ import annotations
@@ -16,19 +20,23 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TextIO
 
 import aiohttp
 import anyio
 import msgspec
 import nats
 
+from services.embedded.demo.cluster import DemoKube, crd_documents
 from services.embedded.demo.supervisor import ChildSpec, free_port, supervised
 from shared.bus import messages as bus_messages
 from shared.bus import subjects
+from shared.kube import KubeClient
 
 DEMO_NAMESPACE = "arc-runners"
 CONTROLLER_NAMESPACE = "arc-systems"
 SCALE_SET = "demo-runners"
+CRD_DIR = Path(__file__).resolve().parents[3] / "deploy" / "crds"
 
 
 class DemoOptions(msgspec.Struct, frozen=True):
@@ -39,6 +47,9 @@ class DemoOptions(msgspec.Struct, frozen=True):
     timeout: float = 240.0
     workdir: str = ""
     verbose: bool = False
+    kubeconfig: str = ""  # an existing cluster; "" = start the API emulator
+    namespace: str = DEMO_NAMESPACE
+    controller_namespace: str = CONTROLLER_NAMESPACE
 
 
 def parse_args(argv: list[str]) -> DemoOptions:
@@ -50,6 +61,18 @@ def parse_args(argv: list[str]) -> DemoOptions:
     p.add_argument("--timeout", type=float, default=240.0, help="give up after this many seconds")
     p.add_argument("--workdir", default="", help="where state and logs go (default: a temp dir)")
     p.add_argument("--verbose", action="store_true", help="forward every child's log lines")
+    p.add_argument(
+        "--kubeconfig",
+        default="",
+        help="run against this cluster instead of starting the API emulator (node-sim schedules and runs the pods; "
+        "what the demo creates is removed at the end)",
+    )
+    p.add_argument("--namespace", default=DEMO_NAMESPACE, help=f"namespace of the runners (default {DEMO_NAMESPACE})")
+    p.add_argument(
+        "--controller-namespace",
+        default=CONTROLLER_NAMESPACE,
+        help=f"namespace of the listener and the workers' leases (default {CONTROLLER_NAMESPACE})",
+    )
     a = p.parse_args(argv)
     try:
         waves = tuple(int(x) for x in a.waves.split(",") if x.strip())
@@ -59,7 +82,22 @@ def parse_args(argv: list[str]) -> DemoOptions:
         p.error("--waves needs at least one non-negative count")
     if a.min_runners < 0 or a.max_runners < max(a.min_runners, 1):
         p.error("need 0 <= --min-runners <= --max-runners and --max-runners >= 1")
-    return DemoOptions(waves, a.job_seconds, a.min_runners, a.max_runners, a.timeout, a.workdir, a.verbose)
+    if a.kubeconfig and not Path(a.kubeconfig).is_file():
+        p.error(f"--kubeconfig {a.kubeconfig}: no such file")
+    if a.namespace == a.controller_namespace:
+        p.error("--namespace and --controller-namespace must differ")
+    return DemoOptions(
+        waves,
+        a.job_seconds,
+        a.min_runners,
+        a.max_runners,
+        a.timeout,
+        a.workdir,
+        a.verbose,
+        str(Path(a.kubeconfig).resolve()) if a.kubeconfig else "",
+        a.namespace,
+        a.controller_namespace,
+    )
 
 
 def _bin(name: str) -> str:
@@ -72,7 +110,7 @@ def _ars_manifest(config_url: str, opts: DemoOptions) -> dict:
     return {
         "apiVersion": "actions.github.com/v1alpha1",
         "kind": "AutoscalingRunnerSet",
-        "metadata": {"name": SCALE_SET, "namespace": DEMO_NAMESPACE},
+        "metadata": {"name": SCALE_SET, "namespace": opts.namespace},
         "spec": {
             "githubConfigUrl": config_url,
             "githubConfigSecret": "github-token",
@@ -95,32 +133,6 @@ def _ars_manifest(config_url: str, opts: DemoOptions) -> dict:
     }
 
 
-class KubeHttp:
-    """The few plain API calls the demo makes as a user would (kubectl-like), over HTTP."""
-
-    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
-        self._s, self._base = session, base.rstrip("/")
-
-    async def _req(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        with anyio.fail_after(15):
-            async with self._s.request(method, self._base + path, json=body) as r:
-                data = await r.json(content_type=None)
-                return r.status, data or {}
-
-    async def ensure(self, path: str, body: dict) -> None:
-        status, data = await self._req("POST", path, body)
-        if status not in (200, 201, 409):
-            raise RuntimeError(f"POST {path} -> {status}: {data.get('message', data)}")
-
-    async def list_items(self, path: str) -> list[dict]:
-        status, data = await self._req("GET", path)
-        return data.get("items", []) if status == 200 else []
-
-    async def get(self, path: str) -> dict | None:
-        status, data = await self._req("GET", path)
-        return data if status == 200 else None
-
-
 async def _sim(session: aiohttp.ClientSession, method: str, url: str, body: dict | None = None):
     with anyio.fail_after(15):
         async with session.request(method, url, json=body) as r:
@@ -138,12 +150,18 @@ def _phase_counts(runners: list[dict]) -> dict[str, int]:
     return counts
 
 
-async def run_demo(opts: DemoOptions, out=None) -> int:
-    out = out or sys.stdout
-    say = lambda msg: print(msg, file=out, flush=True)  # noqa: E731
-    workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="runnerscale-demo-"))
+def prepare_workdir(opts: DemoOptions) -> Path:
+    workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="runnerscale-demo-")).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
-    kubeconfig, creds = workdir / "kubeconfig", workdir / "actions-sim.json"
+    return workdir
+
+
+async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO) -> int:
+    """The demo; ``log`` receives the children's output, ``out`` the demo's own lines."""
+    say = lambda msg: print(msg, file=out, flush=True)  # noqa: E731
+    external = bool(opts.kubeconfig)
+    kubeconfig = Path(opts.kubeconfig) if external else workdir / "kubeconfig"
+    creds = workdir / "actions-sim.json"
     nats_port, kube_port, sim_port = free_port(), free_port(), free_port()
     nats_url = f"nats://127.0.0.1:{nats_port}"
     env = {
@@ -151,9 +169,9 @@ async def run_demo(opts: DemoOptions, out=None) -> int:
         "RUNNERSCALE_NATS_URL": nats_url,
         "RUNNERSCALE_LOG_LEVEL": "info" if opts.verbose else "warning",
     }
-    crds = Path(__file__).resolve().parents[3] / "deploy" / "crds"
-    log = open(workdir / "children.log", "w") if not opts.verbose else out  # noqa: SIM115
     say(f"runnerscale demo: state and logs in {workdir}")
+    namespaces = [opts.namespace, opts.controller_namespace]
+    created = Created()
     async with supervised(out=log) as sup, aiohttp.ClientSession() as http:
         await sup.start(
             ChildSpec(
@@ -172,135 +190,207 @@ async def run_demo(opts: DemoOptions, out=None) -> int:
                 env=env,
             )
         )
-        kube_args = [_bin("runnerscale"), "apiserver", "--port", str(kube_port), "--kubeconfig-out", str(kubeconfig)]
-        if crds.is_dir():
-            kube_args += ["--crds", str(crds)]
-        await sup.start(ChildSpec("apiserver", kube_args, ready_port=kube_port, env=env))
-        await sup.start(
-            ChildSpec(
-                "actions-sim",
-                [
-                    _bin("runnerscale"),
+        if not external:
+            kube_args = [
+                _bin("runnerscale"),
+                "apiserver",
+                "--port",
+                str(kube_port),
+                "--kubeconfig-out",
+                str(kubeconfig),
+            ]
+            if CRD_DIR.is_dir():
+                kube_args += ["--crds", str(CRD_DIR)]
+            await sup.start(ChildSpec("apiserver", kube_args, ready_port=kube_port, env=env))
+        client = await KubeClient.from_kubeconfig(kubeconfig, request_timeout=15)
+        async with client:
+            kube = DemoKube(client)
+            if external:
+                created.crds = await kube.install_crds(crd_documents(CRD_DIR))
+                say(f"installed the CRDs ({len(created.crds)} new) in the cluster of {kubeconfig}")
+            await sup.start(
+                ChildSpec(
                     "actions-sim",
-                    "--port",
-                    str(sim_port),
-                    "--credentials-out",
-                    str(creds),
-                    "--poll-wait",
-                    "2",
-                ],
-                ready_port=sim_port,
-                env=env,
+                    [
+                        _bin("runnerscale"),
+                        "actions-sim",
+                        "--port",
+                        str(sim_port),
+                        "--credentials-out",
+                        str(creds),
+                        "--poll-wait",
+                        "2",
+                    ],
+                    ready_port=sim_port,
+                    env=env,
+                )
             )
-        )
-        with anyio.fail_after(20):
-            while not creds.exists() or not creds.stat().st_size:
-                await anyio.sleep(0.1)  # the simulator writes the file right after it listens
-        sim = msgspec.json.decode(creds.read_bytes())
-        sim_url = sim["url"].rstrip("/")
-        common = ["--kubeconfig", str(kubeconfig), "--nats-url", nats_url, "--metrics-addr", "0", "--health-addr", "0"]
-        await sup.start(
-            ChildSpec(
-                "node-sim",
-                [
-                    _bin("runnerscale"),
-                    "node-sim",
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--actions-url",
-                    sim_url,
-                    "--state-dir",
-                    str(workdir / "node"),
-                ],
-                env=env,
-            )
-        )
-        await sup.start(
-            ChildSpec(
-                "scale-set",
-                [
-                    _bin("runnerscale"),
+            sim = await _read_credentials(anyio.Path(creds))
+            sim_url = sim["url"].rstrip("/")
+            common = [
+                "--kubeconfig",
+                str(kubeconfig),
+                "--nats-url",
+                nats_url,
+                "--metrics-addr",
+                "0",
+                "--health-addr",
+                "0",
+            ]
+            if external:
+                # A shared cluster: the workers look at the demo's namespaces only, and keep their
+                # shard leases in the controller namespace (removed with it).
+                common += ["--watch-namespace", ",".join(namespaces), "--lease-namespace", opts.controller_namespace]
+            node_args = [_bin("runnerscale"), "node-sim", "--kubeconfig", str(kubeconfig), "--actions-url", sim_url]
+            node_args += ["--state-dir", str(workdir / "node")]
+            if external:
+                node_args += [arg for ns in namespaces for arg in ("--namespace", ns)]
+            await sup.start(ChildSpec("node-sim", node_args, env=env))
+            await sup.start(
+                ChildSpec(
                     "scale-set",
-                    *common,
-                    "--controller-namespace",
-                    CONTROLLER_NAMESPACE,
-                    "--listener-image",
-                    "ghcr.io/runnerscale/runnerscale:demo",
-                ],
-                env=env,
+                    [
+                        _bin("runnerscale"),
+                        "scale-set",
+                        *common,
+                        "--controller-namespace",
+                        opts.controller_namespace,
+                        "--listener-image",
+                        "ghcr.io/runnerscale/runnerscale:demo",
+                    ],
+                    env=env,
+                )
             )
-        )
-        await sup.start(
-            ChildSpec(
-                "listener-pod",
-                [
-                    _bin("runnerscale"),
+            await sup.start(
+                ChildSpec(
                     "listener-pod",
-                    *common,
-                    # listener pods run as local processes here: give each free ports
-                    "--listener-metrics-addr",
-                    "127.0.0.1:0",
-                    "--listener-health-addr",
-                    "127.0.0.1:0",
-                ],
-                env=env,
+                    [
+                        _bin("runnerscale"),
+                        "listener-pod",
+                        *common,
+                        # listener pods run as local processes here: give each free ports
+                        "--listener-metrics-addr",
+                        "127.0.0.1:0",
+                        "--listener-health-addr",
+                        "127.0.0.1:0",
+                    ],
+                    env=env,
+                )
             )
-        )
-        await sup.start(ChildSpec("runner-set", [_bin("runnerscale"), "runner-set", *common], env=env))
-        await sup.start(ChildSpec("runner", [_bin("runnerscale"), "runner", *common], env=env))
-        say(
-            f"started: nats {nats_url}, Kubernetes API emulator http://127.0.0.1:{kube_port}, Actions simulator {sim_url}"
-        )
-        say(
-            f"  try: kubectl --kubeconfig {kubeconfig} get autoscalingrunnersets,ephemeralrunnersets,ephemeralrunners,pods -A"
-        )
+            await sup.start(ChildSpec("runner-set", [_bin("runnerscale"), "runner-set", *common], env=env))
+            await sup.start(ChildSpec("runner", [_bin("runnerscale"), "runner", *common], env=env))
+            where = (
+                f"the cluster of {kubeconfig}" if external else f"Kubernetes API emulator http://127.0.0.1:{kube_port}"
+            )
+            say(f"started: nats {nats_url}, {where}, Actions simulator {sim_url}")
+            say(
+                f"  try: kubectl --kubeconfig {kubeconfig} get autoscalingrunnersets,ephemeralrunnersets,ephemeralrunners,pods -A"
+            )
+            for ns in namespaces:
+                if await kube.ensure(
+                    "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                ):
+                    created.namespaces.append(ns)
+            try:
+                await kube.ensure(
+                    f"/api/v1/namespaces/{opts.namespace}/secrets",
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Secret",
+                        "metadata": {"name": "github-token"},
+                        "stringData": {"github_token": sim["pat"]},
+                    },
+                )
+                config_url = f"{sim_url}/{sim['org']}"
+                await kube.ensure(
+                    f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/autoscalingrunnersets",
+                    _ars_manifest(config_url, opts),
+                )
+                say(
+                    f"created AutoscalingRunnerSet {opts.namespace}/{SCALE_SET} (minRunners={opts.min_runners}, maxRunners={opts.max_runners}) for {config_url}"
+                )
 
-        kube = KubeHttp(http, f"http://127.0.0.1:{kube_port}")
-        for ns in (DEMO_NAMESPACE, CONTROLLER_NAMESPACE):
-            await kube.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        await kube.ensure(
-            f"/api/v1/namespaces/{DEMO_NAMESPACE}/secrets",
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "github-token"},
-                "stringData": {"github_token": sim["pat"]},
-            },
-        )
-        config_url = f"{sim_url}/{sim['org']}"
-        await kube.ensure(
-            f"/apis/actions.github.com/v1alpha1/namespaces/{DEMO_NAMESPACE}/autoscalingrunnersets",
-            _ars_manifest(config_url, opts),
-        )
-        say(
-            f"created AutoscalingRunnerSet {DEMO_NAMESPACE}/{SCALE_SET} (minRunners={opts.min_runners}, maxRunners={opts.max_runners}) for {config_url}"
-        )
-
-        # Watch the desired state the listener publishes, as `nats sub 'runnerscale.desired.>'` would.
-        latest: dict[str, str] = {}
-        nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=-1)
-        try:
-
-            async def on_desired(msg) -> None:
+                # Watch the desired state the listener publishes, as `nats sub 'runnerscale.desired.>'` would.
+                latest: dict[str, str] = {}
+                nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=-1)
                 try:
-                    state = bus_messages.decode(msg.subject, msg.data)
-                except Exception as exc:
-                    latest["desired"] = f"undecodable desired state: {exc}"
-                    return
-                latest["desired"] = f"desired={state.replicas} patchId={state.patch_id}"
 
-            await nc.subscribe(f"{subjects.PREFIX}.desired.>", cb=on_desired)
-            return await _workload(opts, kube, http, sim_url, say, latest)
-        finally:
-            await nc.close()
+                    async def on_desired(msg) -> None:
+                        try:
+                            state = bus_messages.decode(msg.subject, msg.data)
+                        except Exception as exc:
+                            latest["desired"] = f"undecodable desired state: {exc}"
+                            return
+                        latest["desired"] = f"desired={state.replicas} patchId={state.patch_id}"
+
+                    await nc.subscribe(f"{subjects.PREFIX}.desired.>", cb=on_desired)
+                    result = await _workload(opts, kube, http, sim_url, say, latest)
+                finally:
+                    await nc.close()
+            finally:
+                if external:
+                    with anyio.CancelScope(shield=True):
+                        await _delete_scale_set(kube, opts, say)
+    if external:
+        async with await KubeClient.from_kubeconfig(kubeconfig, request_timeout=15) as client:
+            if not await _remove_created(DemoKube(client), created, say):
+                return 1
+    return result
+
+
+async def _read_credentials(path: anyio.Path, timeout: float = 20.0) -> dict:
+    """The simulator writes its credentials file right after it listens."""
+    with anyio.fail_after(timeout):
+        while True:
+            if await path.exists() and (await path.stat()).st_size:
+                return msgspec.json.decode(await path.read_bytes())
+            await anyio.sleep(0.1)  # bounded poll for a file another process writes
+
+
+class Created(msgspec.Struct):
+    """What the demo created on an existing cluster (and so removes at the end)."""
+
+    crds: list[str] = msgspec.field(default_factory=list)
+    namespaces: list[str] = msgspec.field(default_factory=list)
+
+
+async def _delete_scale_set(kube: DemoKube, opts: DemoOptions, say) -> None:
+    """Delete the AutoscalingRunnerSet while the workers still run: they remove the listener,
+    runner sets, runners and pods, and their finalizers, as they would in production."""
+    say(f"deleting AutoscalingRunnerSet {opts.namespace}/{SCALE_SET} ...")
+    await kube.delete(
+        f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/autoscalingrunnersets/{SCALE_SET}"
+    )
+    namespaces = [opts.namespace, opts.controller_namespace]
+
+    async def all_gone() -> bool:
+        return await kube.arc_objects(namespaces) == 0
+
+    if await kube.wait_until(all_gone, timeout=90):
+        say("ok: the workers removed the scale set and everything it owned")
+    else:
+        say(f"the workers left {await kube.arc_objects(namespaces)} object(s) after 90 s; removing them directly")
+
+
+async def _remove_created(kube: DemoKube, created: Created, say) -> bool:
+    """With the workers stopped: release what is left, delete the namespaces and CRDs the demo
+    created, and wait until they are gone."""
+    for ns in created.namespaces:
+        released = await kube.release(ns)
+        if released:
+            say(f"released the finalizers of {released} leftover object(s) in {ns}")
+    ok = await kube.delete_namespaces(created.namespaces, timeout=120)
+    ok = await kube.delete_crds(created.crds, timeout=60) and ok
+    say("ok: cleaned up the cluster" if ok else "FAILED: clean-up of the cluster did not finish in time")
+    return ok
 
 
 async def _workload(
-    opts: DemoOptions, kube: KubeHttp, http: aiohttp.ClientSession, sim_url: str, say, latest: dict[str, str]
+    opts: DemoOptions, kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, say, latest: dict[str, str]
 ) -> int:
     deadline = time.monotonic() + opts.timeout
-    ers_path = f"/apis/actions.github.com/v1alpha1/namespaces/{DEMO_NAMESPACE}/ephemeralrunners"
-    ars_path = f"/apis/actions.github.com/v1alpha1/namespaces/{DEMO_NAMESPACE}/autoscalingrunnersets/{SCALE_SET}"
+    ers_path = f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/ephemeralrunners"
+    ars_path = f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/autoscalingrunnersets/{SCALE_SET}"
 
     async def snapshot() -> tuple[dict, dict[str, int], int]:
         jobs = await _sim(http, "GET", f"{sim_url}/_sim/jobs")
@@ -350,10 +440,10 @@ async def _workload(
         want_up = min(opts.max_runners, opts.min_runners + count)
         if count and not await wait_for(
             f"scaled up (>= {want_up} runner(s) for wave {n}) or done",
-            lambda j, p, c: sum(p.values()) >= want_up or j.get("completed", 0) >= total,
+            lambda j, p, c, want_up=want_up, total=total: sum(p.values()) >= want_up or j.get("completed", 0) >= total,
         ):
             return 1
-        if not await wait_for(f"wave {n} completed", lambda j, p, c: j.get("completed", 0) >= total):
+        if not await wait_for(f"wave {n} completed", lambda j, p, c, total=total: j.get("completed", 0) >= total):
             return 1
     if not await wait_for(
         f"scaled back down to minRunners={opts.min_runners}",
@@ -366,7 +456,11 @@ async def _workload(
 
 def main(argv: list[str]) -> int:
     opts = parse_args(argv)
+    workdir = prepare_workdir(opts)
     try:
-        return anyio.run(run_demo, opts)
+        if opts.verbose:
+            return anyio.run(run_demo, opts, workdir, sys.stdout, sys.stdout)
+        with (workdir / "children.log").open("w") as log:
+            return anyio.run(run_demo, opts, workdir, log, sys.stdout)
     except KeyboardInterrupt:
         return 130

@@ -79,13 +79,13 @@ class Supervisor:
                 print(f"[{name}] {line.decode(errors='replace')}", file=self._out, flush=True)
 
     async def stop_all(self, grace: float = 10.0) -> None:
-        for spec, proc in reversed(self._children):
+        for _spec, proc in reversed(self._children):
             if proc.returncode is None:
                 try:
                     proc.send_signal(signal.SIGTERM)
                 except ProcessLookupError:
                     continue
-        for spec, proc in reversed(self._children):
+        for _spec, proc in reversed(self._children):
             with anyio.move_on_after(grace, shield=True) as scope:
                 await proc.wait()
             if scope.cancelled_caught and proc.returncode is None:
