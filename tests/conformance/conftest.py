@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import aiohttp
 import pytest
 import yaml
 
+from tests.fixtures import realkube
 from tests.fixtures.apiserver import KubeApi
 
 DATA = Path(__file__).parent / "data"
@@ -88,31 +88,33 @@ class Http:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def test_crds(kube_api: KubeApi) -> None:
-    """Install the suite's CRDs once (idempotent) and wait until they are served."""
-    for doc in yaml.safe_load_all((DATA / "crds.yaml").read_text()):
-        req = urllib.request.Request(
-            kube_api.url + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            data=json.dumps(doc).encode(),
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
-        try:
-            urllib.request.urlopen(req, timeout=10).close()
-        except urllib.error.HTTPError as exc:
-            if exc.code != 409:
-                raise
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(kube_api.url + WIDGETS, timeout=10) as resp:
-                names = {r["name"] for r in json.loads(resp.read())["resources"]}
-                if {"widgets", "gadgets"} <= names:
-                    return
-        except urllib.error.HTTPError:
-            pass
-        time.sleep(0.1)  # bounded poll for CRD establishment
-    raise RuntimeError("test CRDs were not served within 30 s")
+def test_crds(kube_api: KubeApi) -> Iterator[None]:
+    """Install the suite's CRDs once (created or replaced, then Established), and remove the ones
+    it created at the end, so a real cluster keeps nothing."""
+    raw = realkube.RawKube(kube_api.url)
+    created = realkube.apply_crds(raw, [d for d in yaml.safe_load_all((DATA / "crds.yaml").read_text()) if d])
+    # A real server publishes a new CRD's OpenAPI a few seconds after it is Established.
+    _wait_for_openapi(
+        raw,
+        f"apis/{GROUP}/v1",
+        [f"/apis/{GROUP}/v1/namespaces/{{namespace}}/{p}/{{name}}" for p in ("widgets", "gadgets")],
+    )
+    yield
+    realkube.delete_crds(raw, created)
+
+
+def _wait_for_openapi(raw: realkube.RawKube, group_version: str, paths: list[str], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        status, index = raw.request("GET", "/openapi/v3")
+        entry = (index or {}).get("paths", {}).get(group_version) if status == 200 else None
+        if entry is not None:
+            status, doc = raw.request("GET", entry["serverRelativeURL"].split("?")[0])
+            if status == 200 and all(p in doc.get("paths", {}) for p in paths):
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the OpenAPI v3 document of {group_version} lacks {paths} after {timeout} s")
+        time.sleep(0.2)  # bounded poll: publication is asynchronous
 
 
 @pytest.fixture

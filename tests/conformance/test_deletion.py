@@ -5,6 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from tests.fixtures.apiserver import OWNED_LABEL, KubeApi, release_and_delete_namespace
+
 from .conftest import GROUP, Http, core, widget, widgets
 
 pytestmark = pytest.mark.anyio
@@ -184,51 +186,54 @@ async def test_reference_with_wrong_uid_is_collected(http: Http, namespace: str)
     await wait_gone(http, core(namespace, "configmaps", "orphaned"))
 
 
-async def test_namespace_deletion(http: Http, namespace: str) -> None:
+async def test_namespace_deletion(http: Http, namespace: str, kube_api: KubeApi) -> None:
     ns = namespace + "-del"
-    await http.create("/api/v1/namespaces", {"metadata": {"name": ns}})
-    # Controllers add the default ServiceAccount and the root CA ConfigMap shortly after.
-    await wait_found(http, core(ns, "serviceaccounts", "default"))
-    await wait_found(http, core(ns, "configmaps", "kube-root-ca.crt"))
-    body = widget("w")
-    body["metadata"]["finalizers"] = [HOLD]
-    await http.create(widgets(ns), body)
-    await http.create(core(ns, "configmaps"), {"metadata": {"name": "c"}})
-    status, marked = await http.delete(f"/api/v1/namespaces/{ns}")
-    assert status == 200 and marked["status"]["phase"] == "Terminating"
-    assert marked["metadata"]["deletionTimestamp"] and "deletionGracePeriodSeconds" not in marked["metadata"]
-    status, err = await http.post(core(ns, "configmaps"), {"metadata": {"name": "late"}})
-    assert status == 403 and err["reason"] == "Forbidden"
-    assert (
-        err["message"]
-        == f'configmaps "late" is forbidden: unable to create new content in namespace {ns} because it is being terminated'
-    )
-    assert err["details"]["causes"] == [
-        {
-            "reason": "NamespaceTerminating",
-            "message": f"namespace {ns} is being terminated",
-            "field": "metadata.namespace",
-        }
-    ]
-    # The namespace controller takes seconds on a real cluster.
-    await wait_gone(http, core(ns, "configmaps", "c"), timeout=60)
-    # Held by the widget's finalizer: the namespace controller says so in its conditions.
-    held_by_widget = f"Some resources are remaining: widgets.{GROUP} has 1 resource instances"
-    with anyio.fail_after(60):
-        while True:
-            status, held = await http.get(f"/api/v1/namespaces/{ns}")
-            assert status == 200
-            conditions = {c["type"]: c for c in held["status"].get("conditions") or []}
-            if conditions.get("NamespaceContentRemaining", {}).get("message") == held_by_widget:
-                break
-            await anyio.sleep(0.05)  # polling a condition under a deadline
-    assert conditions["NamespaceContentRemaining"]["status"] == "True"
-    assert conditions["NamespaceFinalizersRemaining"]["message"] == (
-        f"Some content in the namespace has finalizers remaining: {HOLD} in 1 resource instances"
-    )
-    assert conditions["NamespaceDeletionContentFailure"]["status"] == "False"
-    await http.patch(widgets(ns, "w"), {"metadata": {"finalizers": None}})
-    await wait_gone(http, f"/api/v1/namespaces/{ns}", timeout=60)
+    try:
+        await http.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {OWNED_LABEL: "true"}}})
+        # Controllers add the default ServiceAccount and the root CA ConfigMap shortly after.
+        await wait_found(http, core(ns, "serviceaccounts", "default"))
+        await wait_found(http, core(ns, "configmaps", "kube-root-ca.crt"))
+        body = widget("w")
+        body["metadata"]["finalizers"] = [HOLD]
+        await http.create(widgets(ns), body)
+        await http.create(core(ns, "configmaps"), {"metadata": {"name": "c"}})
+        status, marked = await http.delete(f"/api/v1/namespaces/{ns}")
+        assert status == 200 and marked["status"]["phase"] == "Terminating"
+        assert marked["metadata"]["deletionTimestamp"] and "deletionGracePeriodSeconds" not in marked["metadata"]
+        status, err = await http.post(core(ns, "configmaps"), {"metadata": {"name": "late"}})
+        assert status == 403 and err["reason"] == "Forbidden"
+        assert (
+            err["message"]
+            == f'configmaps "late" is forbidden: unable to create new content in namespace {ns} because it is being terminated'
+        )
+        assert err["details"]["causes"] == [
+            {
+                "reason": "NamespaceTerminating",
+                "message": f"namespace {ns} is being terminated",
+                "field": "metadata.namespace",
+            }
+        ]
+        # The namespace controller takes seconds on a real cluster.
+        await wait_gone(http, core(ns, "configmaps", "c"), timeout=60)
+        # Held by the widget's finalizer: the namespace controller says so in its conditions.
+        held_by_widget = f"Some resources are remaining: widgets.{GROUP} has 1 resource instances"
+        with anyio.fail_after(60):
+            while True:
+                status, held = await http.get(f"/api/v1/namespaces/{ns}")
+                assert status == 200
+                conditions = {c["type"]: c for c in held["status"].get("conditions") or []}
+                if conditions.get("NamespaceContentRemaining", {}).get("message") == held_by_widget:
+                    break
+                await anyio.sleep(0.05)  # polling a condition under a deadline
+        assert conditions["NamespaceContentRemaining"]["status"] == "True"
+        assert conditions["NamespaceFinalizersRemaining"]["message"] == (
+            f"Some content in the namespace has finalizers remaining: {HOLD} in 1 resource instances"
+        )
+        assert conditions["NamespaceDeletionContentFailure"]["status"] == "False"
+        await http.patch(widgets(ns, "w"), {"metadata": {"finalizers": None}})
+        await wait_gone(http, f"/api/v1/namespaces/{ns}", timeout=60)
+    finally:
+        release_and_delete_namespace(kube_api, ns)  # a failed run leaves nothing behind
 
 
 async def test_default_namespace_cannot_be_deleted(http: Http) -> None:

@@ -148,6 +148,8 @@ async def test_crd_created_at_runtime_is_served_and_removed(http: Http, namespac
         status, body = await http.get(things)
         assert status == 404 and body == "404 page not found\n"
     finally:
+        # A failed run must not leave a CRD behind (its held object would keep it terminating).
+        await http.patch(f"{things}/held", {"metadata": {"finalizers": None}})
         await http.delete(f"{crds}/{name}")
 
 

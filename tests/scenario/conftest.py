@@ -77,6 +77,8 @@ def worker_settings(kube_api: Any, nats_server: Any, namespace: str) -> Callable
             shutdown_timeout=5.0,
             kube_request_timeout=10.0,
             lease_duration=3.0,  # short Kubernetes shard leases, like lease_ttl above
+            # The shard leases live and die with the test's namespace (on a real cluster too).
+            lease_namespace=namespace,
         )
         base.update(overrides)
         return WorkerSettings(**base)
