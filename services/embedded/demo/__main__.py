@@ -27,7 +27,7 @@ import anyio
 import msgspec
 import nats
 
-from services.embedded.demo.cluster import DemoKube, crd_documents
+from services.embedded.demo.cluster import CRDS, DemoKube, crd_documents
 from services.embedded.demo.supervisor import ChildSpec, free_port, supervised
 from shared.bus import messages as bus_messages
 from shared.bus import subjects
@@ -379,8 +379,8 @@ async def _remove_created(kube: DemoKube, created: Created, say) -> bool:
         released = await kube.release(ns)
         if released:
             say(f"released the finalizers of {released} leftover object(s) in {ns}")
-    ok = await kube.delete_namespaces(created.namespaces, timeout=120)
-    ok = await kube.delete_crds(created.crds, timeout=60) and ok
+    ok = await kube.delete_and_wait([f"/api/v1/namespaces/{ns}" for ns in created.namespaces], timeout=120)
+    ok = await kube.delete_and_wait([f"{CRDS}/{name}" for name in created.crds], timeout=60) and ok
     say("ok: cleaned up the cluster" if ok else "FAILED: clean-up of the cluster did not finish in time")
     return ok
 

@@ -134,25 +134,17 @@ class DemoKube:
                         "PATCH", f"{path}/{meta['name']}", patch, content_type="application/merge-patch+json"
                     )
                     released += 1
-                except (NotFound, KubeError):
+                except KubeError:
                     pass  # gone meanwhile, or changed: the namespace deletion wait below tells
         await self.delete(f"/api/v1/namespaces/{namespace}/pods", gracePeriodSeconds="0")
         return released
 
-    async def delete_namespaces(self, names: list[str], timeout: float) -> bool:
-        for ns in names:
-            await self.delete(f"/api/v1/namespaces/{ns}")
+    async def delete_and_wait(self, paths: list[str], timeout: float) -> bool:
+        """Delete each object and wait until all are gone (namespaces and CRDs go asynchronously)."""
+        for path in paths:
+            await self.delete(path)
 
         async def gone() -> bool:
-            return all([await self.get(f"/api/v1/namespaces/{ns}") is None for ns in names])
-
-        return await self.wait_until(gone, timeout)
-
-    async def delete_crds(self, names: list[str], timeout: float) -> bool:
-        for name in names:
-            await self.delete(f"{CRDS}/{name}")
-
-        async def gone() -> bool:
-            return all([await self.get(f"{CRDS}/{n}") is None for n in names])
+            return all([await self.get(path) is None for path in paths])
 
         return await self.wait_until(gone, timeout)
