@@ -94,6 +94,8 @@ def test_crds(kube_api: KubeApi) -> Iterator[None]:
     raw = realkube.RawKube(kube_api.url)
     created = realkube.apply_crds(raw, [d for d in yaml.safe_load_all((DATA / "crds.yaml").read_text()) if d])
     # A real server publishes a new CRD's OpenAPI a few seconds after it is Established.
+    for plural in ("widgets", "gadgets"):
+        _wait_for_garbage_collector(raw, plural)
     _wait_for_openapi(
         raw,
         f"apis/{GROUP}/v1",
@@ -101,6 +103,25 @@ def test_crds(kube_api: KubeApi) -> Iterator[None]:
     )
     yield
     realkube.delete_crds(raw, created)
+
+
+def _wait_for_garbage_collector(raw: realkube.RawKube, plural: str, timeout: float = 90.0) -> None:
+    """A real garbage collector picks up a new CRD's kind at its next discovery sync (every 30 s);
+    until then orphan and foreground deletions of that kind stall. Probe: an orphaning delete of
+    a throw-away object completes only once the collector watches the kind."""
+    path = f"{WIDGETS}/namespaces/default/{plural}/gc-probe"
+    kind = plural.removesuffix("s").capitalize()
+    raw.request(
+        "POST",
+        f"{WIDGETS}/namespaces/default/{plural}",
+        {"apiVersion": f"{GROUP}/v1", "kind": kind, "metadata": {"name": "gc-probe"}, "spec": {}},
+    )
+    raw.request("DELETE", path, {"propagationPolicy": "Orphan"})
+    deadline = time.monotonic() + timeout
+    while raw.request("GET", path)[0] != 404:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the garbage collector did not pick up {plural} within {timeout} s")
+        time.sleep(0.2)  # bounded poll: discovery sync is periodic
 
 
 def _wait_for_openapi(raw: realkube.RawKube, group_version: str, paths: list[str], timeout: float = 60.0) -> None:

@@ -135,6 +135,8 @@ async def test_cli_process_becomes_ready_and_stops_cleanly_on_sigterm(kube_api, 
             nats_server.url,
             "--watch-namespace",
             namespace,
+            "--lease-namespace",  # the shard leases go with the test's namespace
+            namespace,
             "--metrics-addr",
             "127.0.0.1:0",
             "--health-addr",
