@@ -160,7 +160,8 @@ def _go_env() -> dict[str, str]:
     env = dict(os.environ)
     # Static binaries: no C toolchain needed on a fresh machine (Kubernetes' releases build so too).
     env["CGO_ENABLED"] = "0"
-    env["GOFLAGS"] = "-mod=readonly"
+    # The committed go.sum is the whole truth; the user's own GOFLAGS still apply.
+    env["GOFLAGS"] = " ".join(filter(None, [env.get("GOFLAGS", ""), "-mod=readonly"]))
     return env
 
 
