@@ -269,9 +269,9 @@ def alive(comp: Component) -> bool:
         return False
 
 
-def stop(running: Running, *, remove: bool = True) -> None:
+def stop(running: Running, *, remove: bool = True, keep_logs: bool = False) -> None:
     """Stop the components (newest first: SIGTERM, then SIGKILL after a grace period) and, with
-    ``remove``, delete the state directory."""
+    ``remove``, delete the state directory (all but ``logs/`` with ``keep_logs``)."""
     for comp in reversed(running.components):
         if not alive(comp):
             continue
@@ -283,7 +283,13 @@ def stop(running: Running, *, remove: bool = True) -> None:
         if alive(comp):
             os.kill(comp.pid, signal.SIGKILL)
         _reap(comp.pid)
-    if remove:
+    if remove and keep_logs:
+        for entry in Path(running.state_dir).iterdir():
+            if entry.is_dir() and entry.name != "logs":
+                _remove_tree(entry)
+            elif not entry.is_dir():
+                entry.unlink()
+    elif remove:
         _remove_tree(Path(running.state_dir))
 
 
