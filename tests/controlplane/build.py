@@ -161,7 +161,9 @@ def _go_env() -> dict[str, str]:
     # Static binaries: no C toolchain needed on a fresh machine (Kubernetes' releases build so too).
     env["CGO_ENABLED"] = "0"
     # The committed go.sum is the whole truth; the user's own GOFLAGS still apply.
-    env["GOFLAGS"] = " ".join(filter(None, [env.get("GOFLAGS", ""), "-mod=readonly"]))
+    env["GOFLAGS"] = " ".join(filter(None, [env.get("GOFLAGS", ""), "-mod=readonly", "-buildvcs=false"]))
+    # The local toolchain only: an older `go` fails with its own message instead of fetching one.
+    env["GOTOOLCHAIN"] = "local"
     return env
 
 

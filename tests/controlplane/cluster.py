@@ -55,9 +55,18 @@ class Running:
     server: str
     kubeconfig: str
     components: list[Component] = field(default_factory=list)
+    # The processes this process started (not saved): stopping waits on them, so none is left
+    # unreaped or garbage-collected while running.
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False, compare=False)
 
     def save(self) -> None:
-        (Path(self.state_dir) / STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
+        doc = {
+            "state_dir": self.state_dir,
+            "server": self.server,
+            "kubeconfig": self.kubeconfig,
+            "components": [asdict(c) for c in self.components],
+        }
+        (Path(self.state_dir) / STATE_FILE).write_text(json.dumps(doc, indent=2))
 
     @classmethod
     def load(cls, state_dir: Path) -> Running | None:
@@ -102,7 +111,8 @@ def _get(url: str, ctx: ssl.SSLContext | None = None) -> tuple[int, bytes]:
         with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+        with exc:
+            return exc.code, exc.read()
     except (OSError, ValueError):
         return 0, b""
 
@@ -187,7 +197,13 @@ def start(
     admin_kubeconfig.chmod(0o600)
     kcm_kubeconfig.chmod(0o600)
     starter = _Starter(bin_dir, state_dir, tie_to_parent, time.monotonic() + timeout)
-    running = Running(state_dir=str(state_dir), server=server, kubeconfig=str(admin_kubeconfig))
+    running = Running(
+        state_dir=str(state_dir),
+        server=server,
+        kubeconfig=str(admin_kubeconfig),
+        components=starter.components,  # the same lists: whatever is spawned is recorded at once
+        processes=starter.procs,
+    )
     try:
         etcd_url, peer_url = f"http://127.0.0.1:{etcd_client}", f"http://127.0.0.1:{etcd_peer}"
         etcd = starter.spawn(
@@ -204,7 +220,6 @@ def start(
                 "--log-level", "warn",
             ],
         )  # fmt: skip
-        running.components = starter.components
         running.save()
         starter.wait(etcd, "/health", lambda: b'"health":"true"' in _get(etcd_url + "/health")[1])
         apiserver = starter.spawn(
@@ -272,6 +287,15 @@ def alive(comp: Component) -> bool:
 def stop(running: Running, *, remove: bool = True, keep_logs: bool = False) -> None:
     """Stop the components (newest first: SIGTERM, then SIGKILL after a grace period) and, with
     ``remove``, delete the state directory (all but ``logs/`` with ``keep_logs``)."""
+    for proc in reversed(running.processes):
+        # Started by this process: wait() reaps it and marks the Popen finished.
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     for comp in reversed(running.components):
         if not alive(comp):
             continue
