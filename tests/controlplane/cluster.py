@@ -235,7 +235,7 @@ def start(
                 "--client-ca-file", str(keys.ca.cert),
                 "--service-account-key-file", str(keys.service_account_pub),
                 "--service-account-signing-key-file", str(keys.service_account_key),
-                "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+                "--service-account-issuer", "https://kubernetes.default.svc",
                 "--service-cluster-ip-range", SERVICE_CIDR,
                 "--authorization-mode", "Node,RBAC",
                 "--allow-privileged=true",  # as real clusters run: ARC's docker-in-docker sidecar is privileged

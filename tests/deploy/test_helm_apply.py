@@ -309,7 +309,7 @@ def test_rbac_is_enforced_as_intended_by_a_real_api_server(
     listener Role (no escalation refusal)."""
     if kube_api.is_emulator:
         pytest.skip("RBAC enforcement needs a real API server: the emulator stores RBAC objects but authorizes all")
-    from services.listener_pod.desired import role_rules
+    from services.listener_pod.build import role_rules
     from tests.deploy.test_rbac import ANY, USES
 
     case = _case("default", namespace)
