@@ -52,12 +52,13 @@ PY_CLIENT = textwrap.dedent(
 def https_api(kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """An HTTPS API server: the real cluster under test, or a private ``--tls`` emulator."""
     if not kube_api.is_emulator:
-        if not kube_api.url.startswith("https://"):
+        # kube_api.url may be a kubectl proxy; the kubeconfig names the server itself.
+        if not kube_api.server_url.startswith("https://"):
             pytest.skip(
                 "in-cluster clients speak HTTPS only: RUNNERSCALE_KUBECONFIG names a plain-HTTP endpoint "
                 "(kubectl proxy); point it at the cluster's TLS kubeconfig to run this"
             )
-        yield kube_api
+        yield SimpleNamespace(url=kube_api.server_url, kubeconfig=kube_api.kubeconfig)
         return
     bg = BackgroundEmulator(tls=emulator_tls_material())
     emu = bg.start()
