@@ -163,6 +163,17 @@ class RunnerEnv:
     async def event_reasons(self, name: str) -> set[str]:
         return {e.reason for e in await self.events(name)}
 
+    async def wait_events(self, name: str, *reasons: str, timeout: float = 20.0) -> set[str]:
+        """Wait until ``name`` has Events with every one of ``reasons``: the worker records Events
+        after the status write, and a real API server makes them visible to a list a moment later."""
+        wanted = set(reasons)
+
+        async def recorded() -> set[str] | None:
+            seen = await self.event_reasons(name)
+            return seen if wanted <= seen else None
+
+        return await wait_for(recorded, timeout=timeout, what=f"events {sorted(wanted)} on {name}")
+
     async def service_runners(self) -> list[Any]:
         return [r for r in await self.sim.control.runners() if r.scale_set_id == self.scale_set_id]
 

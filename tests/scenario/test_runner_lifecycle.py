@@ -86,7 +86,7 @@ async def test_exit_7_marks_outdated_and_removes_from_service(runner_env):
     assert cur.status.reason == "Outdated"
     await wait_for(lambda: _not_registered(env, er.status.runner_id), what="runner removed from the service")
     await wait_for(lambda: _pod_gone(env, "er-old"), what="pod of the outdated runner deleted")
-    assert "RunnerOutdated" in await env.event_reasons("er-old")
+    await env.wait_events("er-old", "RunnerOutdated")
     # the ER itself stays (the runner-set worker decides about Outdated runners)
     assert await env.er("er-old") is not None
 
@@ -126,7 +126,7 @@ async def test_crash_backoff_then_failed_after_more_than_5_failures(runner_env):
     assert cur.status.reason == "TooManyPodFailures" and "actions.github.com/failed-at" in cur.metadata.annotations
     await wait_for(lambda: _not_registered(env, er.status.runner_id), what="runner removed from the service")
     await wait_for(lambda: _pod_gone(env, "er-crash"), what="pod removed")
-    assert {"RunnerPodFailed", "TooManyPodFailures"} <= await env.event_reasons("er-crash")
+    await env.wait_events("er-crash", "RunnerPodFailed", "TooManyPodFailures")
 
 
 async def test_evicted_pod_is_recorded_and_recreated(runner_env):
@@ -192,7 +192,7 @@ async def test_pod_lost_while_running_a_job_deletes_the_runner(runner_env):
 
     await env.kube.writer.delete(PODS, env.key("er-lost"), uid=pod.metadata.uid)
     await env.wait_gone("er-lost")
-    assert "PodLostWithJob" in await env.event_reasons("er-lost")
+    await env.wait_events("er-lost", "PodLostWithJob")
 
 
 async def test_failure_with_job_deletes_the_runner(runner_env):

@@ -30,7 +30,7 @@ from shared.bus import RevisionPublished, subjects
 from shared.kube import AUTOSCALING_LISTENERS, AUTOSCALING_RUNNER_SETS, EPHEMERAL_RUNNER_SETS, EVENTS, ObjectKey
 from shared.worker import running_worker
 from tests.fixtures.actions_sim import start_actions_sim
-from tests.scenario.conftest import create_secret, require_crds, wait_for
+from tests.scenario.conftest import Kube, create_secret, require_crds, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -336,7 +336,7 @@ async def test_outdated_guard_waits_for_applied_revision_then_parks(
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
         assert (ers.spec.replicas, ers.spec.patch_id) == (0, 0)  # drained, not deleted
         assert ers.metadata.uid == (await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)).metadata.uid
-        assert any(e.reason == "RunnerOutdated" for e in await events_for(kube, namespace, "minimal"))
+        await wait_for(lambda: _events_with(kube, namespace, "minimal", "RunnerOutdated"), what="RunnerOutdated event")
 
         # A runner spec change un-parks: new revision, applied lags, listener back.
         await patch_template_container(kube, key, image="ghcr.io/actions/actions-runner:2.331.0")
@@ -591,8 +591,10 @@ async def test_service_error_is_reported_and_retried(kube, namespace, worker_set
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
         ars = await settled(kube, key)
         assert int(ars.metadata.annotations[ANNOTATION_RUNNER_SCALE_SET_ID]) > 0
-        events = [e for e in await events_for(kube, namespace, "minimal") if e.reason == "ActionsServiceError"]
-        assert events and events[0].type == "Warning" and actions_sim.pat not in events[0].message
+        events = await wait_for(
+            lambda: _events_with(kube, namespace, "minimal", "ActionsServiceError"), what="ActionsServiceError event"
+        )
+        assert events[0].type == "Warning" and actions_sim.pat not in events[0].message
         assert len(await actions_sim.control.scale_sets()) == 1
 
 
@@ -614,3 +616,7 @@ async def test_child_rejected_by_the_api_server_is_an_event_not_a_crash_loop(
         assert event.type == "Warning" and "ephemeralrunnersets" in event.message
         await settled(kube, key)  # the next attempt (slow requeue) succeeds
         assert (await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)).spec.actionable_revision == 1
+
+
+async def _events_with(kube: Kube, namespace: str, name: str, reason: str) -> list[Any]:
+    return [e for e in await events_for(kube, namespace, name) if e.reason == reason]
