@@ -137,6 +137,26 @@ class KubeClient:
         self.request_timeout = float(request_timeout)
         self.rate_limit = RequestRateLimit(qps, burst)
         self._closed = False
+        self._parent: KubeClient | None = None
+
+    def unthrottled(self) -> KubeClient:
+        """A view of this client (same connection pool) that the request-rate limit does not pace.
+
+        For liveness traffic (shard leases): a renewal must not queue behind a burst of bulk
+        requests, or it would miss its deadline and the replica would lose its shards exactly when
+        it is busiest. Closing the view does nothing; closing this client closes both.
+        """
+        view = object.__new__(KubeClient)
+        view._api = self._api
+        view.request_timeout = self.request_timeout
+        view.rate_limit = RequestRateLimit(0, 0)
+        view._closed = False
+        view._parent = self
+        return view
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or (self._parent is not None and self._parent.closed)
 
     # --- construction ----------------------------------------------------------------------------
 
@@ -223,7 +243,8 @@ class KubeClient:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
-            await self._api.close()
+            if self._parent is None:
+                await self._api.close()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -236,7 +257,7 @@ class KubeClient:
     async def _send(
         self, what: str, method: str, path: str, query: Query, body: Any, content_type: str, client_timeout: Any
     ) -> aiohttp.ClientResponse:
-        if self._closed:
+        if self.closed:
             raise ConnectionFailed(what, "client is closed")
         await self.rate_limit.wait()  # inside the caller's deadline, like client-go's limiter and its context
         try:

@@ -64,3 +64,17 @@ async def test_requests_are_paced_by_the_client_rate_limit(kube_api: KubeApi) ->
             await client.request("GET", "/api/v1/namespaces/default", what="GET namespace default")
         assert anyio.current_time() - started >= 0.19
     assert client.rate_limit.throttled == 4
+
+
+async def test_the_unthrottled_view_is_not_paced_and_shares_the_connection(kube_api: KubeApi) -> None:
+    """Lease renewals go through ``unthrottled()``: a burst of bulk requests cannot delay them."""
+    client = await KubeClient.from_kubeconfig(kube_api.kubeconfig, request_timeout=10, qps=0.5, burst=1)
+    async with client:
+        await client.request("GET", "/api/v1/namespaces/default", what="GET namespace default")  # the burst
+        view = client.unthrottled()
+        with anyio.fail_after(1.5):  # the throttled client would wait 2 s for its next token
+            for _ in range(3):
+                await view.request("GET", "/api/v1/namespaces/default", what="GET namespace default")
+        await view.close()  # a view does not close the shared connection
+        await client.request("GET", "/api/v1/namespaces/default", what="GET namespace default", timeout=5)
+    assert view.closed
