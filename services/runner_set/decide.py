@@ -231,7 +231,13 @@ def desired_problem(msg: DesiredState) -> str | None:
 
 
 def desired_patch(ers: EphemeralRunnerSet, msg: DesiredState) -> dict[str, Any] | None:
-    """The merge patch that applies ``msg`` to the ERS, or None (stale, or already applied)."""
+    """The merge patch that applies ``msg`` to the ERS, or None (stale, or nothing would change).
+
+    The ERS is written only when what the record says changes: the listener epoch, ``patchID`` or
+    ``replicas`` (README "runner-set worker", "Applying desired state"). A later message of the same
+    epoch with the same values leaves the record's time where it is; that is safe because a lower
+    epoch's messages all predate the first message of the recorded epoch, whose record is written.
+    """
     applied = parse_applied_desired(ers.metadata.annotations)
     if not supersedes(msg.listener_epoch, msg.time, applied):
         return None
@@ -239,7 +245,11 @@ def desired_patch(ers: EphemeralRunnerSet, msg: DesiredState) -> dict[str, Any] 
         epoch=msg.listener_epoch, time=_time(msg.time), patch_id=msg.patch_id, replicas=msg.replicas
     )
     unchanged = ers.spec.replicas == msg.replicas and ers.spec.patch_id == msg.patch_id
-    if unchanged and applied is not None and applied.epoch == record.epoch and _time(applied.time) == record.time:
+    if (
+        unchanged
+        and applied is not None
+        and (applied.epoch, applied.patch_id, applied.replicas) == (record.epoch, record.patch_id, record.replicas)
+    ):
         return None
     return {
         "metadata": {"annotations": {ANNOTATION_APPLIED_DESIRED_STATE: msgspec.json.encode(record).decode()}},

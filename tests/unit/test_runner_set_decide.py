@@ -285,8 +285,8 @@ def ds(epoch, t, *, patch=1, replicas=2) -> DesiredState:
     )
 
 
-def applied_ann(epoch, t):
-    rec = decide.AppliedDesired(epoch=epoch, time=T0 + dt.timedelta(seconds=t))
+def applied_ann(epoch, t, patch=0, replicas=0):
+    rec = decide.AppliedDesired(epoch=epoch, time=T0 + dt.timedelta(seconds=t), patch_id=patch, replicas=replicas)
     return {decide.ANNOTATION_APPLIED_DESIRED_STATE: msgspec.json.encode(rec).decode()}
 
 
@@ -315,7 +315,7 @@ def test_epoch_reset_heals_after_grace():
 
 def test_same_message_is_noop_and_garbled_record_is_no_record():
     msg = ds(5, 10, patch=3, replicas=4)
-    s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10))
+    s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10, patch=3, replicas=4))
     assert decide.desired_patch(s, msg) is None
     assert decide.desired_patch(ers(annotations={decide.ANNOTATION_APPLIED_DESIRED_STATE: "{garbage"}), msg) is not None
 
@@ -389,3 +389,18 @@ def test_proxy_secret_data_is_arcs_to_secret_data():
     s = ers(replicas=1)
     assert decide.new_runner(s, "set-abc-runner-proxy")["spec"]["proxySecretRef"] == "set-abc-runner-proxy"
     assert "proxySecretRef" not in decide.new_runner(s)["spec"]
+
+
+def test_a_later_identical_message_writes_nothing():
+    """The listener republishes its desired state every poll: only a change of epoch, patch ID or
+    replicas writes the ERS (not a fresh time)."""
+    s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10, patch=3, replicas=4))
+    assert decide.desired_patch(s, ds(5, 11, patch=3, replicas=4)) is None
+    assert decide.desired_patch(s, ds(5, 500, patch=3, replicas=4)) is None
+    assert decide.desired_patch(s, ds(6, 11, patch=3, replicas=4)) is not None  # new epoch is recorded
+    assert decide.desired_patch(s, ds(5, 11, patch=4, replicas=4)) is not None
+    assert decide.desired_patch(s, ds(5, 11, patch=3, replicas=5)) is not None
+    # a record that disagrees with the spec is rewritten so that it stays true
+    assert decide.desired_patch(
+        ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10)), ds(5, 11, patch=3, replicas=4)
+    )
