@@ -121,7 +121,7 @@ def test_buckets_and_totals():
         1,
     )
     assert b.scale_total == 5  # pending + running + failed; finished/outdated/deleting do not count
-    assert b.scale_up_total == 6  # deleting runners count toward scale-up (not double-replaced)
+    assert b.scale_up_total == 7  # deleting and finished runners count toward scale-up (not double-replaced)
     assert b.latest_patch_id == 9  # deleting runners included
 
 
