@@ -9,6 +9,7 @@ import pytest
 
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
+    ANNOTATION_FINISHED_AT,
     ENV_RUNNER_JIT_CONFIG,
     ENV_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE,
     FINALIZER_EPHEMERAL_RUNNER,
@@ -67,6 +68,18 @@ async def test_exit_0_deletes_runner_and_unregisters(runner_env):
     await env.create_er("er-ok")
     er, _ = await _registered(env, "er-ok")
     await env.terminate("er-ok", 0)
+
+    # finished, not deleted: Succeeded with the finished-at stamp, pod gone (the runner-set worker
+    # deletes it once the listener accounted for the job; here there is none, so the runner
+    # worker releases it itself after finished_release_after)
+    async def finished():
+        cur = await env.er("er-ok")
+        if cur is None or cur.status is None or cur.status.phase != "Succeeded":
+            return None
+        return cur if ANNOTATION_FINISHED_AT in cur.metadata.annotations else None
+
+    done = await wait_for(finished, what="er-ok Succeeded with finished-at")
+    assert done.status.reason == "RunnerSucceeded"
     await env.wait_gone("er-ok")
     assert er.status.runner_id not in await _service_ids(env)
     assert await env.secret_of("er-ok") is None or (await env.secret_of("er-ok")).metadata.is_deleting
