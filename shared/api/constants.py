@@ -83,7 +83,7 @@ ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION: Final = "actions.github.com/listene
 # runnerscale: set on an EphemeralRunner when the service reported its job completed (runner worker,
 # from the listener's JobCompleted): "job=<job key>;result=<result>;at=<event time>;epoch=<listener
 # epoch>". Written once, never removed. The runner-set worker compares it with the applied desired
-# state to know whether the listener has accounted for the completion (README "Typed state").
+# state to know whether the listener has accounted for the completion (README "Typed state (new fields)").
 ANNOTATION_JOB_COMPLETED: Final = "actions.github.com/job-completed"
 # runnerscale: when the runner worker saw the runner finish its job (ISO 8601), written right before
 # the ER's status becomes Succeeded; it bounds how long the runner-set worker holds a finished runner.

@@ -1,5 +1,5 @@
 """Finished runners: the facts the runner worker records on an EphemeralRunner that ended after
-its job, read back by the runner-set worker (README "Typed state", "runner-set worker").
+its job, read back by the runner-set worker (README "Typed state (new fields)", "runner-set worker").
 
 - ``actions.github.com/job-completed``: ``job=<key>;result=<r>;at=<listener time>;epoch=<listener
   epoch>``, from the listener's JobCompleted. The listener publishes the JobCompleted events of a
