@@ -5,6 +5,7 @@ controlled order) and the kubelet (pod status)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import anyio
@@ -12,6 +13,7 @@ import pytest
 from msgspec.structs import replace
 
 from services.runner.worker import WORKER as RUNNER_WORKER
+from services.runner_set import decide as rs_decide
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.worker import WORKER as RUNNER_SET_WORKER
 from shared.api import EphemeralRunner
@@ -142,3 +144,63 @@ async def test_three_runners_finish_together_listener_accounts_one_at_a_time_no_
     assert seen.names == set(names), f"runners created for finished jobs: {sorted(seen.names - set(names))}"
     # the runners created were exactly the three asked for at patch 8
     assert all(n.startswith("set-runner-") for n in names)
+
+
+async def test_completion_never_reported_is_held_then_reaped_with_the_marker(
+    kube, bus, namespace, actions_sim, github_secret, worker_settings, monkeypatch
+):
+    """A runner exits 0 but its JobCompleted never arrives (the event was lost), while the listener
+    keeps publishing (another job's event: patch 4): the runner-set holds the finished runner for
+    FINISHED_HOLD (shortened here), then reaps it the seeds' way — marker first — so no replacement
+    is made under that patch ID; the next desired state lifts the suppression."""
+    monkeypatch.setattr(rs_decide, "FINISHED_HOLD", dt.timedelta(seconds=1.0))
+    ss = await sim_scale_set(actions_sim)
+    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
+    seen = Seen()
+    async with (
+        running_worker(
+            RUNNER_SET_WORKER.name, worker_settings("rs", bus={"shards": 2}), RUNNER_SET_WORKER.setup(FailurePolicy())
+        ) as rs,
+        running_worker(
+            RUNNER_WORKER.name,
+            worker_settings("r", bus={"shards": 2}),
+            RUNNER_WORKER.setup(replace(FAST, finished_release_after=300.0)),
+        ) as rw,
+        anyio.create_task_group() as tg,
+    ):
+        await rs.wait_ready()
+        await rw.wait_ready()
+        env = RunnerEnv(kube, namespace, actions_sim, ss, github_secret, worker=rw)
+        tg.start_soon(seen.watch, kube, namespace)
+        await bus.publish(desired(namespace, replicas=1, patch=3))
+
+        async def registered() -> EphemeralRunner | None:
+            rs_ = await runners(kube, namespace)
+            return rs_[0] if len(rs_) == 1 and rs_[0].status is not None and rs_[0].status.runner_id else None
+
+        er = await wait_for(registered, timeout=30, what="1 registered runner")
+        await env.wait_pod(er.metadata.name)
+        await env.run(er.metadata.name)
+        await env.reconciler.handle_job_event(job_event(JobStarted, namespace, er, 1))
+        await env.terminate(er.metadata.name, 0, phase="Succeeded")
+        await env.wait_finished(er.metadata.name, "RunnerSucceeded")
+        # a desired state that does not account for the completion (its JobCompleted was lost)
+        await bus.publish(desired(namespace, replicas=1, patch=4))
+
+        async def marker(n: int) -> bool:
+            s = (await get_ers(kube, namespace)).status
+            return s is not None and s.finished_runner_cleanup_patch_id == n
+
+        async def gone() -> bool:
+            return not await runners(kube, namespace, include_deleting=True)
+
+        await wait_for(lambda: marker(4), timeout=15, what="marker recorded when the hold ran out")
+        await wait_for(gone, timeout=15, what="the finished runner reaped")
+        with anyio.move_on_after(1.0):  # suppressed at patch 4: no replacement
+            while True:
+                assert seen.names == {er.metadata.name}
+                await anyio.sleep(0.05)
+        # the listener's next desired state (still one job queued, say) lifts the suppression
+        await bus.publish(desired(namespace, replicas=1, patch=5))
+        await wait_for(lambda: len(seen.names) == 2, timeout=15, what="a runner for the new desired state")
+        tg.cancel_scope.cancel()
