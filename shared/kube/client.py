@@ -40,7 +40,7 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
-#: Client-side request rate (requests per second) and burst, per client (README "Client").
+#: Client-side request rate (requests per second) and burst, per client (README "Client (`KubeClient`)").
 DEFAULT_QPS = 200.0
 DEFAULT_BURST = 400
 Query = Sequence[tuple[str, str]]

@@ -97,7 +97,7 @@ def join_shards(
     if settings.ownership == "nats":
         return ShardOwnership.join(bus, name, replica_id=settings.replica_id, on_change=on_change)
     return KubeShardOwnership.join(
-        kube.unthrottled(),  # liveness never queues behind bulk requests (README "Client")
+        kube.unthrottled(),  # liveness never queues behind bulk requests (README "Client (`KubeClient`)")
         shard_group(name, settings),
         replica_id=settings.replica_id,
         shards=settings.bus.shards,

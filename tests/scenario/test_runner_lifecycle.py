@@ -67,6 +67,11 @@ async def test_exit_0_deletes_runner_and_unregisters(runner_env):
     await env.create_er("er-ok")
     er, _ = await _registered(env, "er-ok")
     await env.terminate("er-ok", 0)
+
+    # finished, not deleted: Succeeded with the finished-at stamp, pod gone (the runner-set worker
+    # deletes it once the listener accounted for the job; here there is none, so the runner
+    # worker releases it itself after finished_release_after)
+    await env.wait_finished("er-ok", "RunnerSucceeded")
     await env.wait_gone("er-ok")
     assert er.status.runner_id not in await _service_ids(env)
     assert await env.secret_of("er-ok") is None or (await env.secret_of("er-ok")).metadata.is_deleting
@@ -191,6 +196,7 @@ async def test_pod_lost_while_running_a_job_deletes_the_runner(runner_env):
     from shared.kube import PODS
 
     await env.kube.writer.delete(PODS, env.key("er-lost"), uid=pod.metadata.uid)
+    await env.wait_finished("er-lost", "PodLostWithJob")  # finished: never a new pod for a spent JIT config
     await env.wait_gone("er-lost")
     await env.wait_events("er-lost", "PodLostWithJob")
 
@@ -201,6 +207,7 @@ async def test_failure_with_job_deletes_the_runner(runner_env):
     await _registered(env, "er-jobfail")
     await env.kube.writer.patch_status(EPHEMERAL_RUNNERS, env.key("er-jobfail"), {"status": {"jobId": "job-2"}})
     await env.terminate("er-jobfail", 1, phase="Running")
+    await env.wait_finished("er-jobfail", "PodFailedWithJob")
     await env.wait_gone("er-jobfail")
 
 

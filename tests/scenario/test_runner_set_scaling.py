@@ -253,3 +253,38 @@ async def test_lagging_informer_cache_never_creates_a_replacement_for_a_complete
             await stays(kube, namespace, 1, 1.5)
         finally:
             await control.settings_async(watch_lag_seconds=0.0)
+
+
+async def test_failed_finished_runner_cleanup_is_a_reconcile_error_and_is_retried(
+    worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret
+):
+    """Seed 000: cleanup of finished runners is not deferred and its failures are not swallowed:
+    a delete the API server refuses fails the reconcile (counted as an error) and is retried until
+    the finished runner is gone — with the marker recorded first and no replacement made."""
+    control = kube_api.require_emulator()
+    ss = await sim_scale_set(actions_sim)
+    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
+    async with (
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss) as fake,
+    ):
+        await w.wait_ready()
+        await bus.publish(desired(namespace, replicas=2, patch=1))
+        await wait_for(lambda: _count_is(kube, namespace, 2), what="2 runners")
+        await wait_for(lambda: len(fake.registered) == 2, what="registered")
+        done = sorted(await runners(kube, namespace), key=lambda r: r.metadata.name)[0]
+        errors = w.ctx.registry.get_sample_value(
+            "controller_runtime_reconcile_errors_total", {"controller": "ephemeralrunnerset"}
+        )
+        await control.add_fault_async(
+            action="error", code=500, verb="delete", resource="ephemeralrunners", namespace=namespace, times=2
+        )
+        await set_runner_status(kube, done, phase="Succeeded")
+        await bus.publish(desired(namespace, replicas=2, patch=2))
+        await wait_for(lambda: _marker_is(kube, namespace, 2), what="marker recorded before the reaping")
+        await wait_for(lambda: _count_is(kube, namespace, 1), timeout=30, what="reaped after the retries")
+        after = w.ctx.registry.get_sample_value(
+            "controller_runtime_reconcile_errors_total", {"controller": "ephemeralrunnerset"}
+        )
+        assert (after or 0) >= (errors or 0) + 2, "each refused delete must fail its reconcile"
+        await stays(kube, namespace, 1, 1.0)  # and no replacement for the completed job

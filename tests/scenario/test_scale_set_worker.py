@@ -620,3 +620,46 @@ async def test_child_rejected_by_the_api_server_is_an_event_not_a_crash_loop(
 
 async def _events_with(kube: Kube, namespace: str, name: str, reason: str) -> list[Any]:
     return [e for e in await events_for(kube, namespace, name) if e.reason == reason]
+
+
+async def test_worker_dying_between_ers_spec_and_status_writes_moves_the_revision_by_one(
+    kube_api, kube, namespace, worker_settings, github_secret, actions_sim
+):
+    """Issue #14 item 4 (seeds 001/003: the status is written last, so a crash redoes the work
+    without repeating it): a worker writes the ERS spec (revision + 1) and never gets its ARS status
+    written (every status write fails), then stops. The next worker finds the ERS spec already
+    semantically equal to the template and does not bump again: the revision moved by exactly one."""
+    control = kube_api.require_emulator()
+    key = ObjectKey(namespace, "minimal")
+    async with scale_set_worker(worker_settings, namespace):
+        await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
+        ars = await settled(kube, key)
+    before = (await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)).spec.actionable_revision
+    # The phase is already Pending (as a previous pass leaves it), so the only status write the
+    # next pass makes is the last one, after the ERS spec.
+    await kube.writer.patch_status(
+        AUTOSCALING_RUNNER_SETS, key, {"status": {"phase": "Pending"}}, resource_version=ars.metadata.resource_version
+    )
+    await patch_template_container(kube, key, image="ghcr.io/actions/actions-runner:2.331.0")
+    await control.add_fault_async(
+        action="error",
+        code=500,
+        verb="patch",
+        resource="autoscalingrunnersets",
+        subresource="status",
+        namespace=namespace,
+        times=0,
+    )
+
+    async def revision_is(n: int) -> bool:
+        return (await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)).spec.actionable_revision == n
+
+    async with scale_set_worker(worker_settings, namespace, replica="ss1"):
+        await wait_for(lambda: revision_is(before + 1), what="ERS spec written with the next revision")
+        current = await get_ars(kube, key)
+        assert current.status.observed_generation == ars.metadata.generation  # its status write never landed
+    await control.clear_faults_async()
+    async with scale_set_worker(worker_settings, namespace, replica="ss2"):
+        acted = await settled(kube, key)
+        assert acted.metadata.generation == ars.metadata.generation + 1
+        await consistently(lambda: revision_is(before + 1), seconds=1.0)
