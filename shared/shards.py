@@ -22,8 +22,10 @@ __all__ = [
     "ChangeCallback",
     "NotOwner",
     "ShardChange",
+    "assign",
     "fair_share",
     "plan_claims",
+    "plan_membership",
     "preference_order",
     "resource_key",
     "shard_of",
@@ -98,3 +100,53 @@ LEASE_CHANGES = Counter(
     "Leases gained or lost",
     ["lease", "change"],  # change: gained | lost | released
 )
+
+
+def _score(member: str, shard: int) -> int:
+    return zlib.crc32(f"{member}/{shard}".encode())
+
+
+def assign(shards: int, members: list[str]) -> dict[int, str]:
+    """Balanced rendezvous hashing: every shard to one member, at most ``fair_share`` per member.
+
+    Pure and deterministic, so every replica that sees the same live members computes the same
+    assignment. Pairs (member, shard) are taken by descending score; a member whose share is full
+    is skipped. Most shards stay put when a member joins or leaves (README "Shard ownership leases").
+    """
+    if not members:
+        return {}
+    cap = fair_share(shards, len(members))
+    pairs = sorted(((_score(m, s), m, s) for m in set(members) for s in range(shards)), reverse=True)
+    out: dict[int, str] = {}
+    load: dict[str, int] = {}
+    for _, member, shard in pairs:
+        if shard in out or load.get(member, 0) >= cap:
+            continue
+        out[shard] = member
+        load[member] = load.get(member, 0) + 1
+    return out
+
+
+def plan_membership(
+    me: str,
+    shards: int,
+    live: list[str],
+    claimed: frozenset[int],
+    acting: frozenset[int],
+    others: dict[int, set[str]],
+) -> frozenset[int]:
+    """The shards this member should claim next (README "Shard ownership leases").
+
+    ``live``: the live members (this one included); ``claimed``: what this member's record claims
+    now; ``acting``: the claimed shards it acts on (confirmed); ``others``: shard -> other live
+    members claiming it. A shard is claimed only if it is ours by :func:`assign` and no other
+    live member claims it; an existing claim is kept while the shard is ours and either we act on
+    it (nobody else can have confirmed it) or we win the tie-break against the other claimants.
+    """
+    mine = {s for s, m in assign(shards, live).items() if m == me}
+    keep: set[int] = set()
+    for s in mine:
+        rivals = others.get(s, set())
+        if not rivals or s in acting or (s in claimed and all(_score(me, s) > _score(r, s) for r in rivals)):
+            keep.add(s)
+    return frozenset(keep)

@@ -122,18 +122,19 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True):
         option(
             "--lease-namespace",
             "RUNNERSCALE_LEASE_NAMESPACE",
-            "namespace of the shard Leases (default: POD_NAMESPACE, else runnerscale-system)",
+            "namespace of the member Leases (default: POD_NAMESPACE, else runnerscale-system)",
         ),
     ] = ""
-    # kube ownership (crash handover within D + D/3 ≈ 13.3 s)
+    # kube ownership: one member Lease per replica, written every D/2, listed every D/10; crash
+    # hand-over within D + 3·D/10 (README "Shard ownership leases"); smaller = faster, more writes
     lease_duration: Annotated[
         float,
         option(
             "--lease-duration",
             "RUNNERSCALE_LEASE_DURATION",
-            "seconds a shard Lease outlives its last renewal (kube ownership)",
+            "seconds a member Lease outlives its last write (kube ownership; written every half of it)",
         ),
-    ] = 10.0
+    ] = 20.0
 
     def validate(self) -> None:
         """Raise :class:`InvalidSetting` for the first bad setting (pure)."""

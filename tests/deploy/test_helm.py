@@ -270,7 +270,7 @@ def test_default_settings_equal_the_plain_manifests(helm: Path) -> None:
     assert {k: v for k, v in config.items() if k not in plain} == {
         "RUNNERSCALE_LISTENER_LOG_LEVEL": "info",
         "RUNNERSCALE_OWNERSHIP": "kube",
-        "RUNNERSCALE_LEASE_DURATION": "10",
+        "RUNNERSCALE_LEASE_DURATION": "20",
     }
     bus = find(docs, "ConfigMap", "runnerscale-bus").obj["data"]
     plain_bus = find(load_docs(NATS), "ConfigMap", "runnerscale-bus").obj["data"]

@@ -32,7 +32,7 @@ def _load(argv: list[str], env: dict[str, str]) -> Any:
 
 def test_ownership_settings_default_to_kubernetes_leases() -> None:
     s = _load([], {})
-    assert (s.ownership, s.lease_namespace, s.lease_duration) == ("kube", "", 10.0)
+    assert (s.ownership, s.lease_namespace, s.lease_duration) == ("kube", "", 20.0)
     s = _load(
         [],
         {
