@@ -222,6 +222,22 @@ async def test_two_then_three_replicas_split_shards_disjointly(
     assert sorted(len(claims) for _, claims in specs.values()) in ([5, 5, 6], [4, 6, 6])
 
 
+async def test_replicas_starting_together_never_act_on_one_shard_twice(kube_api: KubeApi, namespace: str) -> None:
+    """Cold start of four replicas at once: each first sees itself alone and claims every shard;
+    only the list after its own write (README "Shard ownership leases") keeps two from acting."""
+    group = group_name()
+    replicas = [Replica(kube_api, group, f"pod-{i}", namespace) for i in range(4)]
+    monitor = OwnershipMonitor({r.id: r.owned for r in replicas})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.run)
+        for r in replicas:
+            tg.start_soon(r.run)
+        await wait_for(lambda: balanced(replicas), timeout=20, describe=lambda: coverage(replicas))
+        tg.cancel_scope.cancel()
+    assert monitor.samples > 100
+    assert monitor.violations == []
+
+
 async def test_at_rest_each_replica_writes_once_per_renew_period(
     kube_api: KubeApi, namespace: str, reader: ApiReader
 ) -> None:
