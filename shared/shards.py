@@ -1,10 +1,11 @@
 """Shard ownership, the part both lease backends share (README "Shard ownership leases").
 
 Resource keys (``namespace/name``) hash to shards; each shard is leased by one replica of a
-worker group. The backends — Kubernetes Leases (:mod:`shared.kube.leases`, the default) and
-NATS KV (:mod:`shared.bus.leases`) — differ only in where the lease lives; the hashing, the fair
-share, the claim plan, the change notification, the error a lost lease raises and the metrics
-are defined here once, so neither backend depends on the other.
+worker group. The protocol (:mod:`shared.membership`) is one core with two backends —
+Kubernetes Leases (:mod:`shared.kube.leases`, the default) and NATS KV (:mod:`shared.bus.leases`)
+— that differ only in where the membership records live; the hashing, the fair share, the split,
+the claim plan, the change notification, the error a lost shard raises and the metrics are
+defined here once, so neither backend depends on the other.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ __all__ = [
     "ShardChange",
     "assign",
     "fair_share",
-    "plan_claims",
     "plan_membership",
-    "preference_order",
     "resource_key",
     "shard_of",
 ]
@@ -70,27 +69,6 @@ def shard_of(key: str, shards: int) -> int:
 def fair_share(shards: int, members: int) -> int:
     """How many shards one replica may hold: ceil(shards / live replicas)."""
     return math.ceil(shards / max(1, members))
-
-
-def preference_order(replica_id: str, shards: int) -> list[int]:
-    """A replica's stable order of preference over shards (rendezvous hashing).
-
-    Different replicas prefer different shards, so after a membership change most shards stay
-    where they are and claims rarely collide.
-    """
-    return sorted(range(shards), key=lambda s: zlib.crc32(f"{replica_id}/{s}".encode()))
-
-
-def plan_claims(held: set[int], shards: int, members: int, preference: list[int]) -> tuple[list[int], list[int]]:
-    """(shards to try to claim, shards to release) so this replica moves toward its fair share."""
-    share = fair_share(shards, members)
-    if len(held) > share:
-        # Give back the ones we like least.
-        extra = len(held) - share
-        return [], [s for s in reversed(preference) if s in held][:extra]
-    if len(held) == share:
-        return [], []
-    return [s for s in preference if s not in held], []
 
 
 # The names keep their historical ``bus`` prefix: dashboards and alerts already use them.

@@ -1,4 +1,7 @@
-"""Leases in NATS KV: sharded ownership of resource keys, and single-key leader leases.
+"""Leases in NATS KV: sharded ownership of resource keys (the membership protocol of
+:mod:`shared.membership` with its records in NATS KV), and single-key leader leases.
+
+The rest of this docstring is about the leader lease.
 
 A lease is a KV key whose value names the holder. It is taken with ``create`` (fails if the
 key exists), renewed with ``update(last=revision)`` (fails if anyone else wrote it since), and
@@ -27,9 +30,11 @@ from nats.js.kv import KeyValue
 from shared import shards as sharding
 from shared.bus import metrics as m
 from shared.bus import subjects
-from shared.bus.bus import Bus, is_transient
+from shared.bus.bus import Bus
 from shared.bus.errors import InvalidResourceName
+from shared.bus.settings import BusSettings
 from shared.log import get_logger
+from shared.membership import LeaseTiming, Member, Membership, StaleRecord
 from shared.tasks import background_tasks
 
 log = get_logger(__name__)
@@ -133,37 +138,104 @@ def make_holder(replica_id: str) -> Holder:
 # --- shard ownership -------------------------------------------------------------------------
 
 
-class ShardOwnership:
-    """This replica's share of a group's shards; use :meth:`join`.
+class MemberValue(msgspec.Struct, frozen=True):
+    """The value of a member key in ``runnerscale_members`` (readable with ``nats kv get``)."""
 
-    A worker calls :meth:`owns` to filter work and ``async with ownership.held(key):`` (or
-    :meth:`check`) right before a write. ``on_change`` is called with gained/lost shards after
-    every round that changed them (gained: re-list those keys from Kubernetes; lost: stop).
-    """
+    replica: str
+    instance: str
+    claims: list[int] = []
+    duration: float = 0.0
+
+
+def membership_timing(settings: BusSettings) -> LeaseTiming:
+    """The membership protocol's durations on NATS: ``D`` = the bucket TTL (the server also removes
+    a key that stopped being written after ``D``), written every ``renew_interval``, listed twice
+    as often; membership requests get at most ``D/5`` (the time fence needs ``V + T < D``)."""
+    renew = settings.effective_renew_interval
+    return LeaseTiming(
+        duration=settings.lease_ttl,
+        renew_period=renew,
+        list_period=renew / 2,
+        request_timeout=min(settings.request_timeout, settings.lease_ttl / 5),
+    )
+
+
+class NatsMemberStore:
+    """Membership records as keys ``<group>.<replica>_<instance>`` of ``runnerscale_members``."""
 
     def __init__(
-        self,
-        bus: Bus,
-        group: str,
-        *,
-        replica_id: str,
-        shards: int | None = None,
-        on_change: sharding.ChangeCallback | None = None,
+        self, bus: Bus, kv: KeyValue, group: str, *, replica_id: str, shards: int, timing: LeaseTiming
     ) -> None:
+        holder = make_holder(replica_id)
         self.bus = bus
+        self.kv = kv
         self.group = group
         self.replica_id = replica_id
-        self.shards = shards or bus.settings.shards
-        self.on_change = on_change
-        self.holder = make_holder(replica_id)
-        self._held: dict[int, _Lease] = {}
-        self._preference = sharding.preference_order(replica_id, self.shards)
-        self._abandoned = False
-        self._store: _LeaseStore | None = None
-        self._members_kv: KeyValue | None = None
-        self._first_round = anyio.Event()
-        self._reported: frozenset[int] = frozenset()
-        self.members = 1
+        self.instance = holder.instance
+        self.identity = f"{replica_id}_{holder.instance}"
+        self.own_name = subjects.member_key(group, self.identity)
+        self.shards = shards
+        self.timing = timing
+
+    async def list(self) -> list[Member]:
+        # One request names the group's keys (expired ones are gone from the stream), one get each.
+        filt = f"$KV.{subjects.MEMBERS_BUCKET}.{subjects.encode_token(self.group)}.>"
+        with anyio.fail_after(self.timing.timeout):
+            info = await self.bus.js.stream_info(f"KV_{subjects.MEMBERS_BUCKET}", subjects_filter=filt)
+        prefix = f"$KV.{subjects.MEMBERS_BUCKET}."
+        out: list[Member] = []
+        for subject in info.state.subjects or {}:
+            key = subject.removeprefix(prefix)
+            try:
+                with anyio.fail_after(self.timing.timeout):
+                    entry = await self.kv.get(key)
+            except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+                continue
+            if entry.value is None or entry.revision is None:
+                continue
+            try:
+                value = msgspec.json.decode(entry.value, type=MemberValue)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                value = MemberValue(replica="", instance="")
+            out.append(
+                Member(
+                    name=key,
+                    version=str(entry.revision),
+                    identity=f"{value.replica}_{value.instance}" if value.replica else "",
+                    claims=frozenset(s for s in value.claims if 0 <= s < self.shards),
+                    duration=value.duration,
+                )
+            )
+        return out
+
+    async def write(self, claims: frozenset[int], version: str | None) -> str:
+        value = msgspec.json.encode(MemberValue(self.replica_id, self.instance, sorted(claims), self.timing.duration))
+        try:
+            with anyio.fail_after(self.timing.timeout):
+                if version is None:
+                    revision = await self.kv.create(self.own_name, value)
+                else:
+                    revision = await self.kv.update(self.own_name, value, last=int(version))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise StaleRecord(self.own_name) from None
+        return str(revision)
+
+    async def delete(self, name: str, version: str) -> None:
+        try:
+            with anyio.fail_after(self.timing.timeout):
+                await self.kv.delete(name, last=int(version))
+        except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.KeyNotFoundError):
+            pass  # changed (alive again) or gone
+
+
+class ShardOwnership(Membership):
+    """This replica's share of a group's shards, its membership record in NATS KV; use :meth:`join`.
+
+    The protocol is :mod:`shared.membership` (README "Shard ownership leases"), the same as
+    :class:`shared.kube.leases.KubeShardOwnership`'s.
+    """
+
+    store: NatsMemberStore
 
     @classmethod
     @asynccontextmanager
@@ -176,181 +248,14 @@ class ShardOwnership:
         shards: int | None = None,
         on_change: sharding.ChangeCallback | None = None,
     ) -> AsyncIterator[ShardOwnership]:
-        """Join ``group`` and keep claiming/renewing until the block exits, then release."""
-        self = cls(bus, group, replica_id=replica_id, shards=shards, on_change=on_change)
-        s = bus.settings
-        self._store = _LeaseStore(
-            await bus.key_value(subjects.SHARDS_BUCKET),
-            self.holder,
-            validity=s.lease_validity,
-            timeout=s.request_timeout,
-        )
-        self._members_kv = await bus.key_value(subjects.MEMBERS_BUCKET)
-        try:
-            async with background_tasks(self._run):
-                yield self
-        finally:
-            if not self._abandoned:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(s.request_timeout):
-                    await self._leave()
-            # Whatever happened above, nothing maintains these leases any more.
-            for lease in self._held.values():
-                _lose(lease)
-            self._held.clear()
-            sharding.SHARDS_OWNED.labels(group).set(0)
-
-    # -- queries (pure, local) --
-
-    def shard_of(self, key: str) -> int:
-        return sharding.shard_of(key, self.shards)
-
-    def owned_shards(self) -> frozenset[int]:
-        """Shards whose lease is locally valid right now."""
-        now = _now()
-        return frozenset(s for s, lease in self._held.items() if now < lease.valid_until)
-
-    def owns(self, key: str) -> bool:
-        lease = self._held.get(self.shard_of(key))
-        return lease is not None and _now() < lease.valid_until
-
-    def check(self, key: str) -> None:
-        """Raise :class:`shared.shards.NotOwner` unless this replica holds ``key``'s shard right now."""
-        if not self.owns(key):
-            raise sharding.NotOwner(key, self.shard_of(key))
-
-    @asynccontextmanager
-    async def held(self, key: str) -> AsyncIterator[None]:
-        """Run the block only while holding ``key``: raises NotOwner at entry, or when the lease
-        is lost or lapses mid-block (the block is cancelled at that moment)."""
-        shard = self.shard_of(key)
-        lease = self._held.get(shard)
-        if lease is None or _now() >= lease.valid_until:
-            raise sharding.NotOwner(key, shard)
-        with anyio.CancelScope(deadline=lease.valid_until) as scope:
-            lease.scopes.add(scope)
-            try:
-                yield
-            finally:
-                lease.scopes.discard(scope)
-        if scope.cancelled_caught:
-            raise sharding.NotOwner(key, shard)
-
-    async def wait_ready(self) -> None:
-        """Wait for the first claim round (so :meth:`owns` reflects a real decision)."""
-        await self._first_round.wait()
-
-    def abandon(self) -> None:
-        """Stop without releasing anything, as a crash would (tests, and fatal errors)."""
-        self._abandoned = True
-
-    # -- the loop --
-
-    async def _run(self) -> None:
-        interval = self.bus.settings.effective_renew_interval
-        while True:
-            try:
-                await self._round()
-            except Exception as exc:
-                if is_transient(exc):
-                    log.info("shard round skipped: NATS unavailable", group=self.group, error=type(exc).__name__)
-                else:
-                    log.warning("shard round failed", group=self.group, error=f"{type(exc).__name__}: {exc}")
-                await self._expire_lapsed()
-            self._first_round.set()
-            await anyio.sleep(interval)
-
-    async def _round(self) -> None:
-        assert self._store is not None and self._members_kv is not None
-        with anyio.fail_after(self.bus.settings.request_timeout):
-            await self._members_kv.put(
-                subjects.member_key(self.group, self.replica_id), msgspec.json.encode(self.holder)
-            )
-        self.members = await self._count_members()
-        lost_now: set[int] = set()
-        for shard, lease in list(self._held.items()):
-            renewed = None
-            try:
-                renewed = await self._store.renew(lease)
-            except Exception as exc:
-                if _now() < lease.valid_until:
-                    log.info("renew failed, lease still valid locally", shard=shard, error=type(exc).__name__)
-                    continue
-            if renewed is None:
-                lost_now.add(shard)
-                del self._held[shard]
-                _lose(lease)
-            else:
-                _extend(lease)
-        to_claim, to_release = sharding.plan_claims(set(self._held), self.shards, self.members, self._preference)
-        for shard in to_release:
-            lease = self._held.pop(shard)
-            _lose(lease)
-            await self._store.release(lease)
-            sharding.LEASE_CHANGES.labels(self.group, "released").inc()
-        share = sharding.fair_share(self.shards, self.members)
-        for shard in to_claim:
-            if len(self._held) >= share:
-                break
-            claimed = await self._store.claim(subjects.shard_lease_key(self.group, shard))
-            if claimed is not None:
-                self._held[shard] = claimed
-        await self._report()
-
-    async def _expire_lapsed(self) -> None:
-        now = _now()
-        for shard, lease in list(self._held.items()):
-            if now >= lease.valid_until:
-                del self._held[shard]
-                _lose(lease)
-        await self._report()
-
-    async def _report(self) -> None:
-        after = self.owned_shards()
-        gained, lost = after - self._reported, self._reported - after
-        self._reported = after
-        sharding.SHARDS_OWNED.labels(self.group).set(len(after))
-        if not (gained or lost):
-            return
-        if gained:
-            sharding.LEASE_CHANGES.labels(self.group, "gained").inc(len(gained))
-        if lost:
-            sharding.LEASE_CHANGES.labels(self.group, "lost").inc(len(lost))
-        log.info(
-            "shards changed",
-            group=self.group,
-            replica=self.replica_id,
-            gained=sorted(gained),
-            lost=sorted(lost),
-            owned=len(after),
-        )
-        if self.on_change is not None:
-            try:
-                result = self.on_change(sharding.ShardChange(gained, lost))
-                if result is not None:
-                    await result
-            except Exception as exc:
-                log.error("shard change callback failed", group=self.group, error=f"{type(exc).__name__}: {exc}")
-
-    async def _count_members(self) -> int:
-        # One request lists the live member keys: expired ones are gone from the stream, and a
-        # clean leave purges its key rather than leaving a delete marker.
-        filt = f"$KV.{subjects.MEMBERS_BUCKET}.{subjects.encode_token(self.group)}.>"
-        with anyio.fail_after(self.bus.settings.request_timeout):
-            info = await self.bus.js.stream_info(f"KV_{subjects.MEMBERS_BUCKET}", subjects_filter=filt)
-        return max(1, len(info.state.subjects or {}))
-
-    async def _leave(self) -> None:
-        assert self._store is not None
-        for lease in list(self._held.values()):
-            _lose(lease)
-            await self._store.release(lease)
-            sharding.LEASE_CHANGES.labels(self.group, "released").inc()
-        self._held.clear()
-        member_subject = f"$KV.{subjects.MEMBERS_BUCKET}.{subjects.member_key(self.group, self.replica_id)}"
-        try:
-            await self.bus.js.purge_stream(f"KV_{subjects.MEMBERS_BUCKET}", subject=member_subject)
-        except Exception as exc:
-            log.info("member key purge failed; it will expire", error=type(exc).__name__)
+        """Join ``group`` and keep listing/claiming/renewing until the block exits, then leave."""
+        timing = membership_timing(bus.settings)
+        count = shards or bus.settings.shards
+        kv = await bus.key_value(subjects.MEMBERS_BUCKET)
+        store = NatsMemberStore(bus, kv, group, replica_id=replica_id, shards=count, timing=timing)
+        self = cls(store, group, replica_id=replica_id, shards=count, timing=timing, on_change=on_change)
+        async with self.running():
+            yield self
 
 
 # --- leader lease ----------------------------------------------------------------------------

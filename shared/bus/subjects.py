@@ -217,8 +217,8 @@ CONSUMERS: tuple[ConsumerSpec, ...] = (
 
 # --- KV buckets and lease keys ---------------------------------------------------------------
 
-SHARDS_BUCKET = "runnerscale_shards"  # <group>.<shard>  -> holder replica id
-MEMBERS_BUCKET = "runnerscale_members"  # <group>.<replica> -> heartbeat
+SHARDS_BUCKET = "runnerscale_shards"  # unused since shard ownership moved to member records; still created
+MEMBERS_BUCKET = "runnerscale_members"  # <group>.<replica>_<instance> -> claimed shards (shared.membership)
 LEADERS_BUCKET = "runnerscale_leaders"  # <lease name>     -> holder replica id
 SESSIONS_BUCKET = "runnerscale_listener_sessions"  # scaleset-<id> -> the listener's message session record
 
