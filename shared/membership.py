@@ -362,6 +362,9 @@ class Membership:
             self._confirm_after = math.inf
             return False
         except Exception as exc:
+            # The outcome is unknown (the write may still land): only the claims in both the old
+            # and the new record are certain, so only those may be confirmed until the next write.
+            self._claimed &= claims
             log.info(
                 "membership write failed; claims still valid locally until their deadline",
                 group=self.group,
