@@ -34,8 +34,9 @@ def _u(group: str, resource: str, verbs: str, scope: str = ANY) -> list[tuple[st
 
 USES: dict[str, list[tuple[str, str, str, str]]] = {
     "scale-set": [
-        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: shard and
-        # member Leases in the worker's own namespace (list, get, create, patch renewals, delete on release)
+        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: one
+        # member Lease per replica in the worker's own namespace (list, create, patch renewals, delete on
+        # leave and of dead members' Leases; get kept for inspection)
         *_u("coordination.k8s.io", "leases", "get list create patch delete", CONTROLLER),
         # services/scale_set/worker.py: ctx.informers(AUTOSCALING_RUNNER_SETS / EPHEMERAL_RUNNER_SETS)
         # reconciler.py: reader.get_or_none(ARS), add_finalizer, _patch_ars_meta (patch_merge),
@@ -61,8 +62,9 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         *_u(RBAC, "rolebindings", "get patch"),
     ],
     "runner-set": [
-        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: shard and
-        # member Leases in the worker's own namespace (list, get, create, patch renewals, delete on release)
+        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: one
+        # member Lease per replica in the worker's own namespace (list, create, patch renewals, delete on
+        # leave and of dead members' Leases; get kept for inspection)
         *_u("coordination.k8s.io", "leases", "get list create patch delete", CONTROLLER),
         # services/runner_set/controller.py: ctx.informers(EPHEMERAL_RUNNER_SETS), reader.get_or_none,
         # add_finalizer, remove_finalizer, _apply_desired (patch_merge), _patch_status
@@ -79,8 +81,9 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         *_u(CORE, "events", "create patch"),
     ],
     "runner": [
-        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: shard and
-        # member Leases in the worker's own namespace (list, get, create, patch renewals, delete on release)
+        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: one
+        # member Lease per replica in the worker's own namespace (list, create, patch renewals, delete on
+        # leave and of dead members' Leases; get kept for inspection)
         *_u("coordination.k8s.io", "leases", "get list create patch delete", CONTROLLER),
         # services/runner/worker.py: ctx.informers(EPHEMERAL_RUNNERS); reconciler.py: get_or_none,
         # _ensure_finalizers / _job_once (patch_merge), remove_finalizer, _delete_er (delete)
@@ -99,8 +102,9 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         *_u(CORE, "events", "create patch"),
     ],
     "listener-pod": [
-        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: shard and
-        # member Leases in the worker's own namespace (list, get, create, patch renewals, delete on release)
+        # shared/worker/runtime.py join_shards → shared/kube/leases.py KubeShardOwnership: one
+        # member Lease per replica in the worker's own namespace (list, create, patch renewals, delete on
+        # leave and of dead members' Leases; get kept for inspection)
         *_u("coordination.k8s.io", "leases", "get list create patch delete", CONTROLLER),
         # services/listener_pod/worker.py: ctx.informers(AUTOSCALING_LISTENERS / AUTOSCALING_RUNNER_SETS)
         # reconciler.py: get_or_none(AL), add_finalizer, remove_finalizer, delete (ARS gone)
