@@ -313,7 +313,15 @@ class Membership:
             self._acting.setdefault(shard, _Acting())
 
     async def _round(self) -> bool:
-        started, by_name = await self._list()
+        try:
+            started, by_name = await self._list()
+        except Exception as exc:
+            log.info("membership list failed", group=self.group, error=f"{type(exc).__name__}: {exc}")
+            # Still renew what the record claims (safe without a list: it claims nothing new), so
+            # a failing list alone does not make this replica stop acting; decide nothing blind.
+            if self._version is not None and _now() - self._written_at >= self.timing.period:
+                await self._write(self._claimed)
+            return False
         now = _now()
         own = by_name.get(self.store.own_name)
         own_version = own.version if own is not None and own.identity == self.identity else None
