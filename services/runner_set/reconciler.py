@@ -17,13 +17,13 @@ from typing import Any, Protocol
 
 import anyio
 
-from services.runner_set import decide, failures
+from services.runner_set import adopt, decide, failures
 from services.runner_set.decide import Plan
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.metrics import RunnerSetMetrics
 from shared.actions import ActionsClient, ActionsError, JobStillRunningError, RunnerNotFoundError
 from shared.api import EphemeralRunner, EphemeralRunnerSet, validate
-from shared.api.constants import FINALIZER_EPHEMERAL_RUNNER_SET, LABEL_SCALE_SET_NAME, LABEL_SCALE_SET_NAMESPACE
+from shared.api.constants import LABEL_SCALE_SET_NAME, LABEL_SCALE_SET_NAMESPACE
 from shared.api.names import runner_proxy_secret_name
 from shared.bus import Bus, Delivery, DesiredState, ResourceRef, RevisionApplied, subjects
 from shared.bus.errors import BusError
@@ -39,6 +39,7 @@ from shared.kube import (
     Conflict,
     EventRecorder,
     Invalid,
+    NotFound,
     ObjectKey,
     ReconcileContext,
     Result,
@@ -124,8 +125,14 @@ class RunnerSetReconciler:
         ers = await self._apply_desired(key, ers)
         if ers.metadata.is_deleting:
             return await self._finalize(key, ers)
-        if FINALIZER_EPHEMERAL_RUNNER_SET not in ers.metadata.finalizers:
-            ers = await self.writer.add_finalizer(EPHEMERAL_RUNNER_SETS, ers, FINALIZER_EPHEMERAL_RUNNER_SET)
+        finalizers = adopt.live_finalizers(ers.metadata.finalizers)  # ours, in place of ARC 0.12-0.14's
+        if finalizers is not None:
+            ers = await self.writer.patch_merge(
+                EPHEMERAL_RUNNER_SETS,
+                key,
+                {"metadata": {"finalizers": finalizers}},
+                resource_version=ers.metadata.resource_version,
+            )
         problems = validate(ers)
         if problems:
             text = "; ".join(f"{p.path}: {p.message}" for p in problems)
@@ -448,7 +455,7 @@ class RunnerSetReconciler:
     # --- deletion ------------------------------------------------------------------------------------
 
     async def _finalize(self, key: ObjectKey, ers: EphemeralRunnerSet) -> Result:
-        if FINALIZER_EPHEMERAL_RUNNER_SET not in ers.metadata.finalizers:
+        if not adopt.owns_finalizer(ers.metadata.finalizers):
             return DONE
         b = decide.bucket_runners(await self._runners(ers))
         dp = decide.plan_deletion(b)
@@ -462,7 +469,15 @@ class RunnerSetReconciler:
                     if not secret.metadata.is_deleting:
                         await self.writer.delete(SECRETS, secret_key, uid=secret.metadata.uid, missing_ok=True)
                     return Result(requeue_after=1.0)
-            await self.writer.remove_finalizer(EPHEMERAL_RUNNER_SETS, ers, FINALIZER_EPHEMERAL_RUNNER_SET)
+            released = adopt.released_finalizers(ers.metadata.finalizers)
+            if released is not None:
+                with contextlib.suppress(NotFound):
+                    await self.writer.patch_merge(
+                        EPHEMERAL_RUNNER_SETS,
+                        key,
+                        {"metadata": {"finalizers": released}},
+                        resource_version=ers.metadata.resource_version,
+                    )
             self.metrics.forget(key)
             log.info("runner set deleted", namespace=key.namespace, name=key.name)
             return DONE

@@ -46,6 +46,10 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         *_u(A, "autoscalingrunnersets/finalizers", "update"),
         # reconciler.py _ensure_runner_set: get_or_none, create, patch_merge; _park: patch_merge; _finalize: delete
         *_u(A, "ephemeralrunnersets", "get list watch create patch delete"),
+        # adopt.py via reconciler.py _adopt: _runners_of (reader.list), kept ARC runners re-parented
+        # and stamped (patch_merge); the new controller ownerReference has blockOwnerDeletion
+        *_u(A, "ephemeralrunners", "list patch"),
+        *_u(A, "ephemeralrunnersets/finalizers", "update"),
         # worker.py: Informer(AUTOSCALING_LISTENERS, namespace=controller_namespace);
         # reconciler.py _listeners_of (reader.list), _ensure_listener (get, create, patch_merge), _delete_listeners (delete)
         *_u(A, "autoscalinglisteners", "get list watch create patch delete", CONTROLLER),

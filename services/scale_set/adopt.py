@@ -1,0 +1,293 @@
+"""Taking over what Go ARC left behind (README "Switching from ARC"): pure decisions, no I/O.
+
+The scale-set worker adopts ARC's objects itself, on every pass, so a switch needs no separate
+migration step and a crash half-way simply resumes. ARC's shapes are recognised by facts ARC
+writes and runnerscale never does:
+
+- an EphemeralRunnerSet at ``spec.actionableRevision`` 0 (runnerscale creates every ERS at 1);
+- an EphemeralRunnerSet controlled by the ARS but not named like it: ARC 0.12–0.14 created them
+  with ``generateName: <ARS>-`` (several during a rollout), each with ARC's *runner* finalizer;
+- ARC's drift fingerprints (``integrity-hash``, ``runner-spec-hash``, ``change-hash``) on the ERS,
+  its runners and the listener; ``values-hash`` on the ERS, runners and listener (the chart's copy
+  on the ARS belongs to the chart and stays).
+
+What adoption does (the reconciler applies it in this order, one locked write at a time):
+
+1. ERS named like the ARS missing while legacy sets exist → create it at revision 1 with
+   ``replicas: 0`` and a non-zero ``patchID`` (scale **up** only, by nothing): the runner-set
+   worker neither creates nor removes a runner before the listener publishes the real level.
+2. Every live runner (not deleting, not terminated) whose spec means the desired runner spec is
+   kept: controller owner reference moved to the ERS named like the ARS, stamped with its
+   actionable revision, ARC's fingerprints dropped, ``proxySecretRef`` renamed. Busy or idle, it
+   is the same runner: same pod, same registration, no churn.
+3. Runners whose spec differs are left as they are: unstamped (revision 0) on the ERS named like
+   the ARS, the runner-set's revision rollout removes the idle ones and lets busy ones finish;
+   on a legacy set, that set's deletion drains them the same way.
+4. Once no runner is left to stamp, an ERS at revision 0 is seeded to revision 1 (with the
+   desired runner spec, if it differs), so the typed fields describe the live state; legacy sets
+   are deleted (the runner-set worker drains them, then removes its finalizer and the one ARC
+   0.12–0.14 put on them: ``services/runner_set/adopt.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from services.scale_set.build import merge_patch_diff
+from shared.api import (
+    AutoscalingRunnerSet,
+    EphemeralRunner,
+    EphemeralRunnerPhase,
+    EphemeralRunnerSet,
+    EphemeralRunnerSpec,
+    ObjectMeta,
+)
+from shared.api.constants import (
+    ANNOTATION_ACTIONABLE_REVISION,
+    ANNOTATION_INTEGRITY_HASH,
+    ANNOTATION_VALUES_HASH,
+    API_VERSION,
+    KIND_EPHEMERAL_RUNNER_SET,
+)
+from shared.semantic import semantic_equal
+
+#: ARC 0.12–0.14: fingerprint of the runner spec on ERSs (copied onto their runners) and of the
+#: whole ARS spec on listeners.
+ANNOTATION_RUNNER_SPEC_HASH = "actions.github.com/runner-spec-hash"
+#: ARC 0.12–0.14: the ARS spec+labels fingerprint.
+ANNOTATION_CHANGE_HASH = "actions.github.com/change-hash"
+
+#: Annotations only ARC's controllers write on the ERS, its runners and the listener.
+ARC_CHILD_ANNOTATIONS = (
+    ANNOTATION_INTEGRITY_HASH,
+    ANNOTATION_RUNNER_SPEC_HASH,
+    ANNOTATION_CHANGE_HASH,
+    ANNOTATION_VALUES_HASH,
+)
+#: Annotations ARC's controller writes on the ARS (``values-hash`` there is the chart's).
+ARC_ARS_ANNOTATIONS = (ANNOTATION_INTEGRITY_HASH, ANNOTATION_CHANGE_HASH)
+
+#: The patch ID a set created during adoption starts at: not 0 (authoritative: would scale the
+#: adopted idle runners down to ``replicas``), so "scale up only" until the listener speaks.
+ADOPTION_PATCH_ID = 1
+
+_TERMINATED = (EphemeralRunnerPhase.SUCCEEDED, EphemeralRunnerPhase.FAILED, EphemeralRunnerPhase.OUTDATED)
+
+
+def _tree(value: Any) -> Any:
+    return msgspec.to_builtins(value) if value is not None else None
+
+
+# --- recognising ARC's shapes ----------------------------------------------------------------------
+
+
+def is_arc_runner_set(ers: EphemeralRunnerSet) -> bool:
+    """Written by ARC, never by runnerscale: runnerscale creates every ERS at revision 1."""
+    return ers.spec.actionable_revision <= 0
+
+
+def controlled_by(meta: ObjectMeta, uid: str) -> bool:
+    ref = meta.controller_reference()
+    return ref is not None and bool(uid) and ref.uid == uid
+
+
+def legacy_runner_sets(ars: AutoscalingRunnerSet, sets: Iterable[EphemeralRunnerSet]) -> list[EphemeralRunnerSet]:
+    """ERSs this ARS controls under another name (ARC 0.12–0.14's ``<ARS>-<random>``), oldest first."""
+    found = [
+        ers for ers in sets if ers.metadata.name != ars.metadata.name and controlled_by(ers.metadata, ars.metadata.uid)
+    ]
+
+    def age(e: EphemeralRunnerSet) -> tuple[str, str]:
+        created = e.metadata.creation_timestamp
+        return (created.isoformat() if created is not None else "", e.metadata.name)
+
+    return sorted(found, key=age)
+
+
+def arc_annotation_removals(meta: ObjectMeta, keys: Sequence[str] = ARC_CHILD_ANNOTATIONS) -> dict[str, None]:
+    """The merge-patch entries that drop ARC's fingerprints present on ``meta``."""
+    return {k: None for k in keys if k in meta.annotations}
+
+
+# --- runners -------------------------------------------------------------------------------------------
+
+
+def _comparable(spec: EphemeralRunnerSpec) -> Any:
+    tree = _tree(spec)
+    tree.pop("proxySecretRef", None)  # named after the set (ARC: after the legacy set); derived
+    return tree
+
+
+def runner_matches(er: EphemeralRunner, desired: EphemeralRunnerSpec) -> bool:
+    """The runner was built from what the ARS asks for now (semantically: absent = empty)."""
+    return semantic_equal(_comparable(er.spec), _comparable(desired))
+
+
+def is_terminated(er: EphemeralRunner) -> bool:
+    return er.status is not None and er.status.phase in _TERMINATED
+
+
+def is_busy(er: EphemeralRunner) -> bool:
+    return er.status is not None and bool(er.status.job_id)
+
+
+def _set_owner_ref(target: EphemeralRunnerSet) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND_EPHEMERAL_RUNNER_SET,
+        "name": target.metadata.name,
+        "uid": target.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def keep_runner_patch(
+    er: EphemeralRunner, target: EphemeralRunnerSet, revision: int, desired: EphemeralRunnerSpec
+) -> dict[str, Any] | None:
+    """The merge patch that makes a kept ARC runner look as runnerscale writes it: controlled by
+    ``target``, stamped with ``revision``, no ARC fingerprints, proxy Secret named after ``target``.
+    None when it already is."""
+    meta: dict[str, Any] = {}
+    if not controlled_by(er.metadata, target.metadata.uid):
+        others = [
+            _tree(ref) for ref in er.metadata.owner_references if not ref.controller and ref.uid != target.metadata.uid
+        ]
+        meta["ownerReferences"] = [_set_owner_ref(target), *others]
+    annotations: dict[str, Any] = dict(arc_annotation_removals(er.metadata))
+    if er.metadata.annotations.get(ANNOTATION_ACTIONABLE_REVISION) != str(revision):
+        annotations[ANNOTATION_ACTIONABLE_REVISION] = str(revision)
+    if annotations:
+        meta["annotations"] = annotations
+    patch: dict[str, Any] = {"metadata": meta} if meta else {}
+    if desired.proxy_secret_ref and er.spec.proxy_secret_ref and er.spec.proxy_secret_ref != desired.proxy_secret_ref:
+        patch["spec"] = {"proxySecretRef": desired.proxy_secret_ref}
+    return patch or None
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunnerStep:
+    """One runner's fate: ``keep`` (patch it onto the set named like the ARS) or ``leave`` (its
+    spec differs: drained by the revision rollout or the legacy set's deletion)."""
+
+    runner: EphemeralRunner
+    action: str  # "keep" | "leave"
+    patch: dict[str, Any] | None
+    why: str
+
+
+@dataclass(frozen=True)
+class AdoptionPlan:
+    """What adoption still has to do for one ARS; empty when nothing of ARC's is left."""
+
+    runners: list[RunnerStep] = field(default_factory=list)
+    #: Merge patch for the ERS named like the ARS (revision seed, ARC annotations, finalizers);
+    #: only once no runner patch is pending.
+    seed: dict[str, Any] | None = None
+    #: Legacy sets to delete (only once their kept runners moved).
+    delete_sets: list[EphemeralRunnerSet] = field(default_factory=list)
+
+    @property
+    def runner_patches(self) -> list[RunnerStep]:
+        return [s for s in self.runners if s.patch is not None]
+
+    @property
+    def pending_writes(self) -> bool:
+        return bool(self.runner_patches or self.seed or self.delete_sets)
+
+
+def seed_spec_for_new_set(legacy: Sequence[EphemeralRunnerSet]) -> dict[str, int]:
+    """``replicas``/``patchID`` of the ERS created to replace legacy sets (see module docstring)."""
+    return {"replicas": 0, "patchID": ADOPTION_PATCH_ID} if legacy else {"replicas": 0, "patchID": 0}
+
+
+def plan_adoption(
+    target: EphemeralRunnerSet,
+    desired: EphemeralRunnerSet,
+    legacy: Sequence[EphemeralRunnerSet],
+    runners: Sequence[EphemeralRunner],
+) -> AdoptionPlan:
+    """Everything still to do to take over ``target`` (the ERS named like the ARS) and ``legacy``.
+
+    ``desired`` is the ERS the scale-set worker builds from the ARS now; ``runners`` every
+    EphemeralRunner in the namespace (those of other sets are ignored).
+    """
+    adopting = is_arc_runner_set(target)
+    revision = target.spec.actionable_revision if not adopting else 1
+    legacy_uids = {e.metadata.uid for e in legacy}
+    want = desired.spec.ephemeral_runner_spec
+    steps: list[RunnerStep] = []
+    moving: set[str] = set()  # legacy set uids that still have a runner to move
+    for er in sorted(runners, key=lambda r: r.metadata.name):
+        ref = er.metadata.controller_reference()
+        on_target = ref is not None and ref.uid == target.metadata.uid
+        on_legacy = ref is not None and ref.uid in legacy_uids
+        if not (on_legacy or (on_target and adopting)):
+            continue
+        if er.metadata.is_deleting:
+            continue
+        if is_terminated(er):
+            steps.append(RunnerStep(er, "leave", None, "terminated: removed by its set"))
+            continue
+        state = "busy" if is_busy(er) else "idle"
+        if runner_matches(er, want):
+            patch = keep_runner_patch(er, target, revision, want)
+            steps.append(RunnerStep(er, "keep", patch, f"{state}, spec matches: kept at revision {revision}"))
+            if patch is not None and on_legacy and ref is not None:
+                moving.add(ref.uid)
+        else:
+            what = "finishes its job, then goes" if state == "busy" else "replaced by a runner of the current spec"
+            steps.append(RunnerStep(er, "leave", None, f"{state}, spec differs: {what}"))
+
+    seed: dict[str, Any] | None = None
+    if not any(s.patch is not None for s in steps):
+        seed = _seed_patch(target, desired, adopting)
+
+    delete_sets = [ers for ers in legacy if not ers.metadata.is_deleting and ers.metadata.uid not in moving]
+    return AdoptionPlan(steps, seed, delete_sets)
+
+
+def _seed_patch(target: EphemeralRunnerSet, desired: EphemeralRunnerSet, adopting: bool) -> dict[str, Any] | None:
+    meta: dict[str, Any] = {}
+    annotations = arc_annotation_removals(target.metadata)
+    if annotations:
+        meta["annotations"] = annotations
+    patch: dict[str, Any] = {"metadata": meta} if meta else {}
+    if adopting:
+        spec: dict[str, Any] = {"actionableRevision": 1}
+        have, want = _comparable(target.spec.ephemeral_runner_spec), _comparable(desired.spec.ephemeral_runner_spec)
+        if not semantic_equal(have, want):
+            spec["ephemeralRunnerSpec"] = merge_patch_diff(
+                _tree(target.spec.ephemeral_runner_spec), _tree(desired.spec.ephemeral_runner_spec)
+            )
+        patch["spec"] = spec
+    return patch or None
+
+
+def ars_cleanup_patch(ars: AutoscalingRunnerSet) -> dict[str, Any] | None:
+    """Drop the fingerprints ARC's controller wrote on the ARS (never the chart's ``values-hash``)."""
+    removals = arc_annotation_removals(ars.metadata, ARC_ARS_ANNOTATIONS)
+    return {"metadata": {"annotations": removals}} if removals else None
+
+
+__all__ = [
+    "ADOPTION_PATCH_ID",
+    "ARC_CHILD_ANNOTATIONS",
+    "AdoptionPlan",
+    "RunnerStep",
+    "arc_annotation_removals",
+    "ars_cleanup_patch",
+    "is_arc_runner_set",
+    "keep_runner_patch",
+    "legacy_runner_sets",
+    "plan_adoption",
+    "runner_matches",
+    "seed_spec_for_new_set",
+]
