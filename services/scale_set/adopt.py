@@ -16,7 +16,8 @@ What adoption does (the reconciler applies it in this order, one locked write at
 1. ERS named like the ARS missing while legacy sets exist → create it at revision 1 with
    ``replicas: 0`` and a non-zero ``patchID`` (scale **up** only, by nothing): the runner-set
    worker neither creates nor removes a runner before the listener publishes the real level.
-2. Every live runner (not deleting, not terminated) whose spec means the desired runner spec is
+2. Legacy sets are frozen (``replicas: 0``, non-zero ``patchID``), so a runner moved away is not
+   replaced there. Then every live runner (not deleting, not terminated) whose spec means the desired runner spec is
    kept: controller owner reference moved to the ERS named like the ARS, stamped with its
    actionable revision, ARC's fingerprints dropped, ``proxySecretRef`` renamed. Busy or idle, it
    is the same runner: same pod, same registration, no churn.
@@ -174,11 +175,12 @@ def keep_runner_patch(
 
 @dataclass(frozen=True)
 class RunnerStep:
-    """One runner's fate: ``keep`` (patch it onto the set named like the ARS) or ``leave`` (its
-    spec differs: drained by the revision rollout or the legacy set's deletion)."""
+    """One runner's fate: ``keep`` (patch it onto the set named like the ARS), ``leave`` (its
+    spec differs: drained by the revision rollout or the legacy set's deletion) or ``wait`` (its
+    legacy set is frozen first)."""
 
     runner: EphemeralRunner
-    action: str  # "keep" | "leave"
+    action: str  # "keep" | "leave" | "wait"
     patch: dict[str, Any] | None
     why: str
 
@@ -193,6 +195,9 @@ class AdoptionPlan:
     seed: dict[str, Any] | None = None
     #: Legacy sets to delete (only once their kept runners moved).
     delete_sets: list[EphemeralRunnerSet] = field(default_factory=list)
+    #: Legacy sets to freeze first (merge patches): no runner created or removed any more, so a
+    #: runner moved away is not replaced there.
+    freeze: list[tuple[EphemeralRunnerSet, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def runner_patches(self) -> list[RunnerStep]:
@@ -200,12 +205,21 @@ class AdoptionPlan:
 
     @property
     def pending_writes(self) -> bool:
-        return bool(self.runner_patches or self.seed or self.delete_sets)
+        return bool(self.runner_patches or self.seed or self.delete_sets or self.freeze)
 
 
 def seed_spec_for_new_set(legacy: Sequence[EphemeralRunnerSet]) -> dict[str, int]:
     """``replicas``/``patchID`` of the ERS created to replace legacy sets (see module docstring)."""
     return {"replicas": 0, "patchID": ADOPTION_PATCH_ID} if legacy else {"replicas": 0, "patchID": 0}
+
+
+def freeze_patch(ers: EphemeralRunnerSet) -> dict[str, Any] | None:
+    """``replicas: 0`` with a non-zero patch ID: the runner-set worker then neither creates runners
+    (nothing is missing) nor removes idle ones (only patch ID 0 scales down). None: frozen already,
+    or being deleted (its finalizer flow no longer creates runners)."""
+    if ers.metadata.is_deleting or (ers.spec.replicas == 0 and ers.spec.patch_id != 0):
+        return None
+    return {"spec": {"replicas": 0, "patchID": ers.spec.patch_id or ADOPTION_PATCH_ID}}
 
 
 def plan_adoption(
@@ -221,6 +235,8 @@ def plan_adoption(
     """
     adopting = is_arc_runner_set(target)
     revision = target.spec.actionable_revision if not adopting else 1
+    freeze = [(ers, p) for ers in legacy if (p := freeze_patch(ers)) is not None]
+    frozen = {e.metadata.uid for e, _ in freeze}
     legacy_uids = {e.metadata.uid for e in legacy}
     want = desired.spec.ephemeral_runner_spec
     steps: list[RunnerStep] = []
@@ -232,6 +248,10 @@ def plan_adoption(
         if not (on_legacy or (on_target and adopting)):
             continue
         if er.metadata.is_deleting:
+            continue
+        if on_legacy and ref is not None and ref.uid in frozen:
+            steps.append(RunnerStep(er, "wait", None, "its set is frozen first"))
+            moving.add(ref.uid)
             continue
         if is_terminated(er):
             steps.append(RunnerStep(er, "leave", None, "terminated: removed by its set"))
@@ -247,11 +267,11 @@ def plan_adoption(
             steps.append(RunnerStep(er, "leave", None, f"{state}, spec differs: {what}"))
 
     seed: dict[str, Any] | None = None
-    if not any(s.patch is not None for s in steps):
+    if not freeze and not any(s.patch is not None for s in steps):
         seed = _seed_patch(target, desired, adopting)
 
     delete_sets = [ers for ers in legacy if not ers.metadata.is_deleting and ers.metadata.uid not in moving]
-    return AdoptionPlan(steps, seed, delete_sets)
+    return AdoptionPlan(steps, seed, delete_sets, freeze)
 
 
 def _seed_patch(target: EphemeralRunnerSet, desired: EphemeralRunnerSet, adopting: bool) -> dict[str, Any] | None:

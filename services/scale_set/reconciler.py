@@ -495,6 +495,16 @@ class ScaleSetReconciler:
         desired = desired_ephemeral_runner_set(ars, self.options, actionable_revision=1)
         plan = adopt.plan_adoption(ers, desired, legacy, await self._runners_of(ars))
         ns = ars.metadata.namespace
+        for old, freeze in plan.freeze:
+            await self.writer.patch_merge(
+                EPHEMERAL_RUNNER_SETS,
+                EPHEMERAL_RUNNER_SETS.key_of(old),
+                freeze,
+                resource_version=old.metadata.resource_version,
+            )
+            log.info("froze ARC runner set before taking its runners over", namespace=ns, name=old.metadata.name)
+        if plan.freeze:
+            return True  # move runners on a fresh LIST, once no legacy set creates any more
         for step in plan.runners:
             if step.patch is None:
                 continue

@@ -67,6 +67,31 @@ def moved(er: EphemeralRunner, patch: dict[str, Any] | None) -> EphemeralRunner:
     return decode(EphemeralRunner, tree)
 
 
+def freeze(ers: EphemeralRunnerSet, patch: dict[str, Any]) -> EphemeralRunnerSet:
+    spec = msgspec.structs.replace(ers.spec, replicas=patch["spec"]["replicas"], patch_id=patch["spec"]["patchID"])
+    return msgspec.structs.replace(ers, spec=spec)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "patch_id", "deleting", "expected"),
+    [
+        (2, 3, False, {"spec": {"replicas": 0, "patchID": 3}}),
+        (2, 0, False, {"spec": {"replicas": 0, "patchID": 1}}),  # 0 would scale the idle runners down
+        (0, 0, False, {"spec": {"replicas": 0, "patchID": 1}}),
+        (0, 3, False, None),
+        (2, 3, True, None),
+    ],
+)
+def test_freeze_patch(replicas, patch_id, deleting, expected):
+    _, sets, _ = objects("arc-0.14.yaml")
+    ers = sets[1]
+    spec = msgspec.structs.replace(ers.spec, replicas=replicas, patch_id=patch_id)
+    meta = ers.metadata if deleting else msgspec.structs.replace(ers.metadata, deletion_timestamp=None)
+    if deleting:
+        meta = sets[0].metadata
+    assert adopt.freeze_patch(msgspec.structs.replace(ers, spec=spec, metadata=meta)) == expected
+
+
 def steps_by_name(plan: adopt.AdoptionPlan) -> dict[str, tuple[str, str]]:
     return {s.runner.metadata.name: (s.action, s.why) for s in plan.runners}
 
@@ -123,8 +148,20 @@ def test_014_mid_rollout_keeps_matching_runners_and_leaves_the_old_spec_busy_one
     target = created_target(ars)
     desired = desired_ephemeral_runner_set(ars, OPTIONS, actionable_revision=1)
     legacy = adopt.legacy_runner_sets(ars, sets)
-    plan = adopt.plan_adoption(target, desired, legacy, runners)
 
+    # First pass: ARC's latest set is frozen (it would replace every runner moved away); its
+    # runners wait; the draining one needs no freeze (its finalizer flow creates nothing).
+    first = adopt.plan_adoption(target, desired, legacy, runners)
+    assert [(e.metadata.name, p) for e, p in first.freeze] == [
+        ("arc-runner-set-m4n8p", {"spec": {"replicas": 0, "patchID": 3}})
+    ]
+    assert steps_by_name(first)["arc-runner-set-m4n8p-runner-x2k7f"] == ("wait", "its set is frozen first")
+    assert first.runner_patches == [] and first.seed is None and first.delete_sets == []
+
+    legacy = [freeze(e, p) for e, p in first.freeze] + [e for e in legacy if e.metadata.is_deleting]
+    legacy = adopt.legacy_runner_sets(ars, legacy)
+    plan = adopt.plan_adoption(target, desired, legacy, runners)
+    assert plan.freeze == []
     assert steps_by_name(plan) == {
         "arc-runner-set-7xk2q-runner-4vq9d": ("leave", "busy, spec differs: finishes its job, then goes"),
         "arc-runner-set-m4n8p-runner-x2k7f": ("keep", "idle, spec matches: kept at revision 1"),
@@ -168,7 +205,8 @@ def test_014_runner_with_a_proxy_gets_the_new_sets_proxy_secret():
     er_tree["spec"].update(proxy=proxy, proxySecretRef="arc-runner-set-m4n8p-754b578d-runner-proxy")
     er = decode(EphemeralRunner, er_tree)
     desired = desired_ephemeral_runner_set(ars, OPTIONS, actionable_revision=1)
-    plan = adopt.plan_adoption(created_target(ars), desired, adopt.legacy_runner_sets(ars, sets), [er])
+    legacy = [freeze(e, {"spec": {"replicas": 0, "patchID": 3}}) for e in adopt.legacy_runner_sets(ars, sets)]
+    plan = adopt.plan_adoption(created_target(ars), desired, legacy, [er])
     assert plan.runners[0].action == "keep"
     assert plan.runners[0].patch is not None
     assert plan.runners[0].patch["spec"] == {"proxySecretRef": "arc-runner-set-754b578d-runner-proxy"}
