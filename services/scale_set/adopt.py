@@ -39,7 +39,9 @@ from typing import Any
 import msgspec
 
 from services.scale_set.build import merge_patch_diff
+from services.scale_set.decide import plan_listener_update
 from shared.api import (
+    AutoscalingListener,
     AutoscalingRunnerSet,
     EphemeralRunner,
     EphemeralRunnerPhase,
@@ -50,6 +52,7 @@ from shared.api import (
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
     ANNOTATION_INTEGRITY_HASH,
+    ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION,
     ANNOTATION_VALUES_HASH,
     API_VERSION,
     KIND_EPHEMERAL_RUNNER_SET,
@@ -311,3 +314,189 @@ __all__ = [
     "runner_matches",
     "seed_spec_for_new_set",
 ]
+
+
+# --- the dry run: every pass at once, object by object ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One thing a switch to runnerscale changes (or deliberately leaves), for ``adopt --dry-run``."""
+
+    action: str
+    kind: str
+    name: str  # namespace/name
+    detail: str
+
+    def line(self) -> str:
+        return f"  {self.action:<9} {self.kind} {self.name}: {self.detail}"
+
+
+def _key(meta: ObjectMeta) -> str:
+    return f"{meta.namespace}/{meta.name}"
+
+
+def _apply_runner_patch(er: EphemeralRunner, patch: dict[str, Any] | None) -> EphemeralRunner:
+    if patch is None:
+        return er
+    tree = msgspec.to_builtins(er)
+    meta = patch.get("metadata", {})
+    if "ownerReferences" in meta:
+        tree["metadata"]["ownerReferences"] = meta["ownerReferences"]
+    annotations = tree["metadata"].setdefault("annotations", {})
+    for k, v in meta.get("annotations", {}).items():
+        if v is None:
+            annotations.pop(k, None)
+        else:
+            annotations[k] = v
+    tree["spec"].update(patch.get("spec", {}))
+    return msgspec.convert(tree, EphemeralRunner)
+
+
+def _annotation_text(removals: dict[str, None]) -> str:
+    return "drop ARC annotation(s) " + ", ".join(sorted(removals))
+
+
+def preview_runner_sets(
+    ars: AutoscalingRunnerSet,
+    desired: EphemeralRunnerSet,
+    sets: Sequence[EphemeralRunnerSet],
+    runners: Sequence[EphemeralRunner],
+) -> list[Change]:
+    """What the scale-set and runner-set workers will do to this ARS's sets and runners, all
+    passes of :func:`plan_adoption` folded into one list (the dry run)."""
+    out: list[Change] = []
+    removals = arc_annotation_removals(ars.metadata, ARC_ARS_ANNOTATIONS)
+    if removals:
+        out.append(Change("patch", "AutoscalingRunnerSet", _key(ars.metadata), _annotation_text(removals)))
+    legacy = legacy_runner_sets(ars, sets)
+    target = next((e for e in sets if e.metadata.name == ars.metadata.name), None)
+    ns = ars.metadata.namespace
+    if target is None:
+        seed = seed_spec_for_new_set(legacy)
+        spec = msgspec.structs.replace(desired.spec, replicas=seed["replicas"], patch_id=seed["patchID"])
+        meta = msgspec.structs.replace(desired.metadata, uid="(new)")
+        target = msgspec.structs.replace(desired, spec=spec, metadata=meta)
+        why = f"replaces ARC's {', '.join(e.metadata.name for e in legacy)}; " if legacy else ""
+        out.append(
+            Change(
+                "create",
+                "EphemeralRunnerSet",
+                f"{ns}/{ars.metadata.name}",
+                f"{why}actionableRevision 1, replicas {seed['replicas']}, patchID {seed['patchID']}"
+                " until the listener publishes",
+            )
+        )
+    elif not is_arc_runner_set(target) and not legacy:
+        return out
+    for ers, patch in plan_adoption(target, desired, legacy, runners).freeze:
+        out.append(
+            Change(
+                "freeze",
+                "EphemeralRunnerSet",
+                _key(ers.metadata),
+                f"replicas {ers.spec.replicas}→0, patchID {ers.spec.patch_id}→{patch['spec']['patchID']}"
+                " (creates and removes no runner any more)",
+            )
+        )
+    legacy = [
+        msgspec.structs.replace(e, spec=msgspec.structs.replace(e.spec, replicas=0, patch_id=e.spec.patch_id or 1))
+        for e in legacy
+    ]
+    plan = plan_adoption(target, desired, legacy, runners)
+    for step in plan.runners:
+        where = ""
+        ref = step.runner.metadata.controller_reference()
+        if step.action == "keep" and ref is not None and ref.uid != target.metadata.uid:
+            where = f" (moves from {ref.name} to {target.metadata.name})"
+        out.append(Change(step.action, "EphemeralRunner", _key(step.runner.metadata), step.why + where))
+    moved = [_apply_runner_patch(s.runner, s.patch) for s in plan.runners]
+    others = [r for r in runners if r.metadata.uid not in {m.metadata.uid for m in moved}]
+    final = plan_adoption(target, desired, legacy, [*moved, *others])
+    if final.seed is not None:
+        seed_patch = final.seed
+        parts = []
+        if "spec" in seed_patch:
+            parts.append("actionableRevision 0→1 (seeded from the live state, no churn)")
+            if "ephemeralRunnerSpec" in seed_patch["spec"]:
+                parts.append("runner spec replaced by the ARS's (runners left above are rolled)")
+        if "annotations" in seed_patch.get("metadata", {}):
+            parts.append(_annotation_text(seed_patch["metadata"]["annotations"]))
+        out.append(Change("seed", "EphemeralRunnerSet", _key(target.metadata), "; ".join(parts)))
+    for ers in final.delete_sets:
+        out.append(
+            Change(
+                "delete",
+                "EphemeralRunnerSet",
+                _key(ers.metadata),
+                "ARC's set, once its matching runners moved; the runner-set worker drains the rest"
+                " (idle ones removed at the service first, busy ones finish) and removes ARC's finalizer",
+            )
+        )
+    for ers in legacy:
+        if ers.metadata.is_deleting:
+            out.append(
+                Change(
+                    "drain",
+                    "EphemeralRunnerSet",
+                    _key(ers.metadata),
+                    "ARC was deleting it: the runner-set worker finishes the drain and removes ARC's finalizer",
+                )
+            )
+    return out
+
+
+def preview_listener(
+    ars: AutoscalingRunnerSet,
+    desired: AutoscalingListener,
+    listeners: Sequence[AutoscalingListener],
+    pod_annotations: dict[str, dict[str, str]],
+) -> list[Change]:
+    """The listener side of the dry run. ``listeners``: the ALs of this ARS (by labels or spec);
+    ``pod_annotations``: listener pod name → its annotations (pods in the controller namespace)."""
+    out: list[Change] = []
+    objects_note = "pod, Role, RoleBinding, ServiceAccount and config Secret"
+    found = {al.metadata.name: al for al in listeners}
+    current = found.get(desired.metadata.name)
+    for al in listeners:
+        if al.metadata.name != desired.metadata.name and not al.metadata.is_deleting:
+            out.append(
+                Change(
+                    "delete",
+                    "AutoscalingListener",
+                    _key(al.metadata),
+                    f"named as ARC 0.12-0.14 named it; the listener-pod worker removes its {objects_note}"
+                    " (the listener ends its Actions session on SIGTERM)",
+                )
+            )
+    if current is None:
+        out.append(
+            Change(
+                "create",
+                "AutoscalingListener",
+                _key(desired.metadata),
+                f"in the same pass as the delete; the listener-pod worker creates its {objects_note}",
+            )
+        )
+        return out
+    patch = plan_listener_update(current, desired) or {}
+    parts = []
+    if patch.get("spec"):
+        parts.append("spec fields " + ", ".join(sorted(patch["spec"])))
+    removals = arc_annotation_removals(current.metadata)
+    if removals:
+        parts.append(_annotation_text(removals))
+    if parts:
+        out.append(Change("patch", "AutoscalingListener", _key(current.metadata), "in place; " + "; ".join(parts)))
+    annotations = pod_annotations.get(current.metadata.name)
+    if annotations is not None and ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION not in annotations:
+        out.append(
+            Change(
+                "replace",
+                "Pod",
+                f"{current.metadata.namespace}/{current.metadata.name}",
+                "ARC's listener pod: deleted and created as runnerscale's by the listener-pod worker"
+                " (Role, RoleBinding, ServiceAccount updated in place, config Secret rewritten)",
+            )
+        )
+    return out

@@ -217,3 +217,61 @@ async def test_arc_integrity_era_set_is_seeded_without_churn(
         assert al.metadata.uid == arc[f"AutoscalingListener/{al_name}"].metadata.uid
         assert "actions.github.com/integrity-hash" not in al.metadata.annotations
         assert al.spec.image == "ghcr.io/example/runnerscale:test"  # patched in place, same AL
+
+
+async def test_dry_run_prints_every_change_and_writes_nothing(kube, kube_api, namespace, github_secret, actions_sim):
+    import argparse
+
+    from services.scale_set.adopt_cli import preview
+
+    await require_crds(kube)
+    await install_arc_leftovers(kube, "arc-0.14.yaml", namespace, actions_sim, github_secret)
+
+    async def versions() -> dict[str, str]:
+        out = {}
+        for resource in (AUTOSCALING_RUNNER_SETS, EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, AUTOSCALING_LISTENERS):
+            for o in (await kube.reader.list(resource, namespace=namespace)).items:
+                out[f"{resource.kind}/{o.metadata.name}"] = o.metadata.resource_version
+        return out
+
+    before = await versions()
+    args = argparse.Namespace(
+        kubeconfig=str(kube_api.kubeconfig),
+        kube_context=None,
+        controller_namespace=namespace,
+        namespace=[namespace],
+        listener_image="ghcr.io/example/runnerscale:test",
+        exclude_label_propagation_prefix=[],
+    )
+    lines = await preview(args)
+    text = "\n".join(lines)
+    ns = namespace
+    expected = [
+        f"AutoscalingRunnerSet {ns}/arc-runner-set:",
+        f"  patch     AutoscalingRunnerSet {ns}/arc-runner-set: drop ARC annotation(s) actions.github.com/change-hash",
+        f"  create    EphemeralRunnerSet {ns}/arc-runner-set: replaces ARC's arc-runner-set-7xk2q, arc-runner-set-m4n8p;"
+        " actionableRevision 1, replicas 0, patchID 1 until the listener publishes",
+        f"  freeze    EphemeralRunnerSet {ns}/arc-runner-set-m4n8p: replicas 2→0, patchID 3→3 (creates and removes no runner any more)",
+        f"  leave     EphemeralRunner {ns}/arc-runner-set-7xk2q-runner-4vq9d: busy, spec differs: finishes its job, then goes",
+        f"  keep      EphemeralRunner {ns}/arc-runner-set-m4n8p-runner-p8w3z: busy, spec matches: kept at revision 1"
+        " (moves from arc-runner-set-m4n8p to arc-runner-set)",
+        f"  keep      EphemeralRunner {ns}/arc-runner-set-m4n8p-runner-x2k7f: idle, spec matches: kept at revision 1"
+        " (moves from arc-runner-set-m4n8p to arc-runner-set)",
+        f"  delete    EphemeralRunnerSet {ns}/arc-runner-set-m4n8p: ARC's set, once its matching runners moved;",
+        f"  drain     EphemeralRunnerSet {ns}/arc-runner-set-7xk2q: ARC was deleting it",
+        f"  delete    AutoscalingListener {ns}/arc-runner-set-754b578d-listener: named as ARC 0.12-0.14 named it;",
+        "  create    AutoscalingListener",
+    ]
+    position = 0
+    for want in expected:  # in this order
+        found = text.find(want, position)
+        assert found >= 0, f"missing (in order): {want!r}\n{text}"
+        position = found + len(want)
+    assert await versions() == before  # a dry run writes nothing
+
+
+def test_adopt_without_dry_run_refuses(capsys):
+    from services.scale_set.adopt_cli import main
+
+    assert main(["--controller-namespace", "arc-systems"]) == 2
+    assert "only --dry-run" in capsys.readouterr().err
