@@ -629,6 +629,9 @@ class Simulator:
             runner_name=job.runner_name,
             attempts=job.attempts,
             final_result=job.final_result,
+            queue_time=job.queue_time,
+            runner_assign_time=job.runner_assign_time,
+            finish_time=job.finish_time,
         )
 
     async def sim_enqueue_jobs(self, request: web.Request) -> web.Response:

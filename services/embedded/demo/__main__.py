@@ -5,7 +5,9 @@ Actions service simulator, the node simulator and the four workers. Then it does
 does with ARC — creates a namespace, a GitHub token Secret and an AutoscalingRunnerSet — and
 queues waves of jobs at the simulator. It prints one status line per tick (jobs, desired
 runners, runners by phase) and checks that the set scales up for the jobs and back down to
-``minRunners`` when they are done. Exit code 0 when it did; 1 when it did not within the time.
+``minRunners`` when they are done, then prints a summary (summary.py: jobs run, p50/p99 job
+queued → runner Running and job finished → runner removed, API writes per runner). Exit code 0
+when it did; 1 when it did not within the time.
 
 With ``--kubeconfig FILE`` it uses that cluster instead of starting the emulator (node-sim is its
 scheduler and kubelet there): it installs the CRDs, works in its own namespaces, and at the end
@@ -28,6 +30,7 @@ import msgspec
 import nats
 
 from services.embedded.demo.cluster import CRDS, DemoKube, crd_documents
+from services.embedded.demo.summary import JobTimes, RequestCount, summarize
 from services.embedded.demo.supervisor import ChildSpec, free_port, supervised
 from shared.bus import messages as bus_messages
 from shared.bus import subjects
@@ -324,7 +327,16 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO) -
                         latest["desired"] = f"desired={state.replicas} patchId={state.patch_id}"
 
                     await nc.subscribe(f"{subjects.PREFIX}.desired.>", cb=on_desired)
-                    result = await _workload(opts, kube, http, sim_url, say, latest)
+                    tracker = RunnerTracker(
+                        kube, f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/ephemeralrunners"
+                    )
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(tracker.run)
+                        result = await _workload(opts, kube, http, sim_url, say, latest)
+                        if result == 0:
+                            for line in await _summary(kube, http, sim_url, tracker):
+                                say(line)
+                        tg.cancel_scope.cancel()
                 finally:
                     await nc.close()
             finally:
@@ -336,6 +348,55 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO) -
             if not await _remove_created(DemoKube(client), created, say):
                 return 1
     return result
+
+
+class RunnerTracker:
+    """When each EphemeralRunner was first seen Running and when it was seen gone (for the
+    summary's latencies; sampled every 0.2 s, so that is their resolution)."""
+
+    def __init__(self, kube: DemoKube, path: str) -> None:
+        self.kube, self.path = kube, path
+        self.running_at: dict[str, float] = {}
+        self.removed_at: dict[str, float] = {}
+        self.seen: set[str] = set()
+
+    def observe(self, items: list[dict], now: float) -> None:
+        present = set()
+        for r in items:
+            name = (r.get("metadata") or {}).get("name", "")
+            present.add(name)
+            self.seen.add(name)
+            if (r.get("status") or {}).get("phase") == "Running":
+                self.running_at.setdefault(name, now)
+        for name in self.seen - present:
+            self.removed_at.setdefault(name, now)
+
+    async def run(self) -> None:
+        while True:
+            with anyio.move_on_after(5):
+                self.observe(await self.kube.list_items(self.path), time.time())
+            await anyio.sleep(0.2)  # the sampling period of a measurement, not synchronisation
+
+
+async def _summary(kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, tracker: RunnerTracker) -> list[str]:
+    """Jobs from the simulator (its clock is this host's), runners from the tracker; waits up to
+    15 s for the runners of finished jobs to be gone."""
+    deadline = time.monotonic() + 15
+    while True:
+        raw = await _sim(http, "GET", f"{sim_url}/_sim/jobs")
+        jobs = [
+            JobTimes(j.get("runner_name", ""), float(j.get("queue_time") or 0.0), j.get("finish_time"))
+            for j in (raw if isinstance(raw, list) else [])
+        ]
+        pending = [
+            j for j in jobs if j.finished is not None and j.runner_name and j.runner_name not in tracker.removed_at
+        ]
+        if not pending or time.monotonic() > deadline:
+            break
+        await anyio.sleep(0.5)  # display tick while the last runners go
+    counts = await kube.request_counts()
+    requests = None if counts is None else [msgspec.convert(c, RequestCount) for c in counts]
+    return summarize(jobs, tracker.running_at, tracker.removed_at, requests, len(tracker.seen)).lines()
 
 
 async def _read_credentials(path: anyio.Path, timeout: float = 20.0) -> dict:
