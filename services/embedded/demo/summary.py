@@ -1,4 +1,4 @@
-"""The demo's closing summary (README "Running the demo"): jobs run, latencies, API writes.
+"""The demo's closing summary, shown under `make demo` at the top of the README: jobs run, latencies, writes.
 
 Pure: the demo collects the facts (the Actions simulator's job times, when each runner was first
 seen Running and when it disappeared, the API emulator's request counters) and this module turns
