@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 import yaml
 
@@ -27,6 +28,11 @@ from shared.kube import (
     AUTOSCALING_RUNNER_SETS,
     EPHEMERAL_RUNNER_SETS,
     EPHEMERAL_RUNNERS,
+    PODS,
+    ROLE_BINDINGS,
+    ROLES,
+    SECRETS,
+    SERVICE_ACCOUNTS,
     ObjectKey,
 )
 from shared.worker import running_worker
@@ -41,19 +47,26 @@ NAME = "arc-runner-set"
 
 
 async def install_arc_leftovers(
-    kube: Any, fixture: str, namespace: str, actions_sim: Any, secret: str, *, listener_hash_of_url: bool = False
+    kube: Any,
+    fixture: str,
+    namespace: str,
+    actions_sim: Any,
+    secret: str,
+    *,
+    listener_hash_of_url: bool = False,
+    more: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Create the fixture's objects as ARC left them: ids, URL, secret and namespaces pointed at
     this test; owner uids remapped to the ones the API server assigns; runners registered at the
     simulator (their ids in the status); sets ARC was deleting deleted. Returns kind/name → object."""
     scale_set_id = await sim_scale_set(actions_sim, NAME)
-    text = (DATA / fixture).read_text()
+    text = "\n---\n".join((DATA / name).read_text() for name in (fixture, *more))
     text = text.replace("https://github.com/octo-org/octo-repo", actions_sim.config_url())
     text = text.replace("arc-runner-set-gha-rs-github-secret", secret)
     text = text.replace("runnerScaleSetId: 17", f"runnerScaleSetId: {scale_set_id}")
     text = text.replace('runner-scale-set-id: "17"', f'runner-scale-set-id: "{scale_set_id}"')
     text = text.replace("arc-runners", namespace).replace("arc-systems", namespace)
-    docs = list(yaml.safe_load_all(text))
+    docs = [d for d in yaml.safe_load_all(text) if d]
     if listener_hash_of_url:  # the integrity-hash era's name hashes the URL, which now is the simulator's
         for doc in docs:
             if doc["kind"] == "AutoscalingListener":
@@ -66,6 +79,11 @@ async def install_arc_leftovers(
         "EphemeralRunnerSet": EPHEMERAL_RUNNER_SETS,
         "EphemeralRunner": EPHEMERAL_RUNNERS,
         "AutoscalingListener": AUTOSCALING_LISTENERS,
+        "ServiceAccount": SERVICE_ACCOUNTS,
+        "Role": ROLES,
+        "RoleBinding": ROLE_BINDINGS,
+        "Secret": SECRETS,
+        "Pod": PODS,
     }
     async with ActionsClient.from_config(actions_sim.config_url(), PersonalAccessToken(actions_sim.pat)) as client:
         for doc in docs:
@@ -84,7 +102,7 @@ async def install_arc_leftovers(
             if doc["kind"] == "EphemeralRunner":
                 jit = await client.generate_jit_config(scale_set_id, meta["name"])
                 status = {**status, "runnerId": jit.runner.id}
-            if status and doc["kind"] != "AutoscalingRunnerSet":
+            if status and doc["kind"] not in ("AutoscalingRunnerSet", "Pod"):
                 obj = await kube.writer.patch_status(
                     resource, resource.key_of(obj), {"status": status}, resource_version=obj.metadata.resource_version
                 )
@@ -275,3 +293,63 @@ def test_adopt_without_dry_run_refuses(capsys):
 
     assert main(["--controller-namespace", "arc-systems"]) == 2
     assert "only --dry-run" in capsys.readouterr().err
+
+
+async def test_arc_014_listener_and_its_objects_are_replaced_by_runnerscales(
+    kube, namespace, worker_settings, github_secret, actions_sim
+):
+    from services.listener_pod import decide as lp_decide
+    from services.listener_pod.build import role_rules
+    from services.listener_pod.worker import WORKER as LISTENER_POD
+    from shared.api.constants import ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION
+    from shared.listener_config import parse_config
+
+    await require_crds(kube)
+    arc = await install_arc_leftovers(
+        kube, "arc-0.14.yaml", namespace, actions_sim, github_secret, more=("arc-0.14-listener.yaml",)
+    )
+    old = "arc-runner-set-754b578d-listener"
+    options = lp_decide.ListenerPodSettings(
+        image="ghcr.io/example/runnerscale:test", metrics_addr="127.0.0.1:18080", health_addr="127.0.0.1:18081"
+    )
+    ss, rs = workers(worker_settings, namespace)
+    lp = running_worker(LISTENER_POD.name, worker_settings("lp0"), LISTENER_POD.setup(options))
+    async with ss as s, rs as r, lp as p, fake_runner_worker(kube, namespace, actions_sim, 0, register=False):
+        for w in (s, r, p):
+            await w.wait_ready()
+        ars = await kube.reader.get(AUTOSCALING_RUNNER_SETS, ObjectKey(namespace, NAME))
+        new = ars_listener_name(ars)
+        assert new != old
+
+        async def runnerscales_pod() -> Any:
+            pod = await kube.reader.get_or_none(PODS, ObjectKey(namespace, new))
+            return (
+                pod
+                if pod is not None and ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION in pod.metadata.annotations
+                else None
+            )
+
+        pod = await wait_for(runnerscales_pod, timeout=30, what="runnerscale's listener pod")
+        assert pod.spec["containers"][0]["image"] == "ghcr.io/example/runnerscale:test"
+        role = await kube.reader.get(ROLES, ObjectKey(namespace, new))
+        assert [msgspec.to_builtins(rule) for rule in role.rules] == role_rules(NAME)  # ARC's named its old set
+        config = await kube.reader.get(SECRETS, ObjectKey(namespace, f"{new}-config"))
+        assert parse_config(config.decoded("config.json")).ephemeral_runner_set_name == NAME
+        assert await kube.reader.get_or_none(SERVICE_ACCOUNTS, ObjectKey(namespace, new)) is not None
+        assert await kube.reader.get_or_none(ROLE_BINDINGS, ObjectKey(namespace, new)) is not None
+
+        async def arcs_objects_going() -> bool:
+            for resource, name in (
+                (PODS, old),
+                (SERVICE_ACCOUNTS, old),
+                (ROLES, old),
+                (ROLE_BINDINGS, old),
+                (SECRETS, f"{old}-config"),
+            ):
+                o = await kube.reader.get_or_none(resource, ObjectKey(namespace, name))
+                if o is not None and not o.metadata.is_deleting:
+                    return False
+            return True
+
+        await wait_for(arcs_objects_going, timeout=30, what="ARC's listener pod, RBAC and config Secret removed")
+        assert arc[f"Pod/{old}"].metadata.uid != pod.metadata.uid
