@@ -17,7 +17,8 @@ What adoption does (the reconciler applies it in this order, one locked write at
    ``replicas: 0`` and a non-zero ``patchID`` (scale **up** only, by nothing): the runner-set
    worker neither creates nor removes a runner before the listener publishes the real level.
 2. Legacy sets are frozen (``replicas: 0``, non-zero ``patchID``), so a runner moved away is not
-   replaced there. Then every live runner (not deleting, not terminated) whose spec means the desired runner spec is
+   replaced there, and ARC's listeners that patch them must be gone (the scale-set worker deletes
+   them, the listener-pod worker stops their pods). Then every live runner (not deleting, not terminated) whose spec means the desired runner spec is
    kept: controller owner reference moved to the ERS named like the ARS, stamped with its
    actionable revision, ARC's fingerprints dropped, ``proxySecretRef`` renamed. Busy or idle, it
    is the same runner: same pod, same registration, no churn.
@@ -208,7 +209,13 @@ class AdoptionPlan:
 
     @property
     def pending_writes(self) -> bool:
-        return bool(self.runner_patches or self.seed or self.delete_sets or self.freeze)
+        return bool(
+            self.runner_patches
+            or self.seed
+            or self.delete_sets
+            or self.freeze
+            or any(s.action == "wait" for s in self.runners)
+        )
 
 
 def seed_spec_for_new_set(legacy: Sequence[EphemeralRunnerSet]) -> dict[str, int]:
@@ -225,16 +232,28 @@ def freeze_patch(ers: EphemeralRunnerSet) -> dict[str, Any] | None:
     return {"spec": {"replicas": 0, "patchID": ers.spec.patch_id or ADOPTION_PATCH_ID}}
 
 
+def feeding_listeners(
+    listeners: Iterable[AutoscalingListener], legacy: Sequence[EphemeralRunnerSet]
+) -> list[AutoscalingListener]:
+    """ARC's listeners (deleting or not: their pod may still run) that patch a legacy set. While
+    one lives it can scale a frozen set up again, so runners are moved only once they are gone."""
+    names = {e.metadata.name for e in legacy}
+    return [al for al in listeners if al.spec.ephemeral_runner_set_name in names]
+
+
 def plan_adoption(
     target: EphemeralRunnerSet,
     desired: EphemeralRunnerSet,
     legacy: Sequence[EphemeralRunnerSet],
     runners: Sequence[EphemeralRunner],
+    *,
+    legacy_listener: bool = False,
 ) -> AdoptionPlan:
     """Everything still to do to take over ``target`` (the ERS named like the ARS) and ``legacy``.
 
     ``desired`` is the ERS the scale-set worker builds from the ARS now; ``runners`` every
-    EphemeralRunner in the namespace (those of other sets are ignored).
+    EphemeralRunner in the namespace (those of other sets are ignored); ``legacy_listener``: an
+    ARC listener still feeds a legacy set (:func:`feeding_listeners`): freeze only, move nothing.
     """
     adopting = is_arc_runner_set(target)
     revision = target.spec.actionable_revision if not adopting else 1
@@ -252,8 +271,9 @@ def plan_adoption(
             continue
         if er.metadata.is_deleting:
             continue
-        if on_legacy and ref is not None and ref.uid in frozen:
-            steps.append(RunnerStep(er, "wait", None, "its set is frozen first"))
+        if on_legacy and ref is not None and (ref.uid in frozen or legacy_listener):
+            why = "its set is frozen first" if ref.uid in frozen else "ARC's listener still feeds its set"
+            steps.append(RunnerStep(er, "wait", None, why))
             moving.add(ref.uid)
             continue
         if is_terminated(er):
@@ -270,7 +290,7 @@ def plan_adoption(
             steps.append(RunnerStep(er, "leave", None, f"{state}, spec differs: {what}"))
 
     seed: dict[str, Any] | None = None
-    if not freeze and not any(s.patch is not None for s in steps):
+    if not freeze and not any(s.patch is not None or s.action == "wait" for s in steps):
         seed = _seed_patch(target, desired, adopting)
 
     delete_sets = [ers for ers in legacy if not ers.metadata.is_deleting and ers.metadata.uid not in moving]

@@ -493,7 +493,8 @@ class ScaleSetReconciler:
         if not legacy and not adopt.is_arc_runner_set(ers):
             return False
         desired = desired_ephemeral_runner_set(ars, self.options, actionable_revision=1)
-        plan = adopt.plan_adoption(ers, desired, legacy, await self._runners_of(ars))
+        feeding = adopt.feeding_listeners(await self._listeners_of(ars), legacy) if legacy else []
+        plan = adopt.plan_adoption(ers, desired, legacy, await self._runners_of(ars), legacy_listener=bool(feeding))
         ns = ars.metadata.namespace
         for old, freeze in plan.freeze:
             await self.writer.patch_merge(
@@ -518,7 +519,7 @@ class ScaleSetReconciler:
             log.info(
                 "adopted ARC runner", namespace=ns, name=er.metadata.name, runner_set=ers.metadata.name, why=step.why
             )
-        if plan.runner_patches:
+        if plan.runner_patches or feeding:
             return True  # seed and retire on a fresh LIST, once every kept runner is stamped
         if plan.seed is not None:
             await self.writer.patch_merge(

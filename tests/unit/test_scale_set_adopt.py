@@ -14,7 +14,7 @@ import yaml
 from services.runner_set import adopt as rs_adopt
 from services.scale_set import adopt
 from services.scale_set.build import BuildOptions, desired_ephemeral_runner_set
-from shared.api import AutoscalingRunnerSet, EphemeralRunner, EphemeralRunnerSet, decode
+from shared.api import AutoscalingListener, AutoscalingRunnerSet, EphemeralRunner, EphemeralRunnerSet, decode
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
     ANNOTATION_INTEGRITY_HASH,
@@ -26,6 +26,7 @@ from shared.api.constants import (
 DATA = Path(__file__).resolve().parents[1] / "data" / "arc" / "takeover"
 OPTIONS = BuildOptions(controller_namespace="arc-systems", listener_image="ghcr.io/example/runnerscale:1")
 TARGET_UID = "00000000-0000-4000-8000-0000000000ff"
+NAME = "arc-runner-set"
 
 
 def load(name: str) -> dict[str, list[dict[str, Any]]]:
@@ -302,3 +303,18 @@ def test_runner_set_finalizers(finalizers, live, released, owns):
     assert rs_adopt.live_finalizers(finalizers) == live
     assert rs_adopt.released_finalizers(finalizers) == released
     assert rs_adopt.owns_finalizer(finalizers) is owns
+
+
+def test_runners_wait_while_an_arc_listener_feeds_a_legacy_set():
+    ars, sets, runners = objects("arc-0.14.yaml")
+    al = decode(AutoscalingListener, load("arc-0.14.yaml")["AutoscalingListener"][0])
+    legacy = [freeze(e, {"spec": {"replicas": 0, "patchID": 3}}) for e in adopt.legacy_runner_sets(ars, sets)]
+    assert adopt.feeding_listeners([al], legacy) == [al]  # it points at arc-runner-set-m4n8p
+    runnerscales = msgspec.structs.replace(al, spec=msgspec.structs.replace(al.spec, ephemeral_runner_set_name=NAME))
+    assert adopt.feeding_listeners([runnerscales], legacy) == []
+
+    desired = desired_ephemeral_runner_set(ars, OPTIONS, actionable_revision=1)
+    plan = adopt.plan_adoption(created_target(ars), desired, legacy, runners, legacy_listener=True)
+    assert steps_by_name(plan)["arc-runner-set-m4n8p-runner-x2k7f"] == ("wait", "ARC's listener still feeds its set")
+    assert plan.runner_patches == [] and plan.delete_sets == [] and plan.seed is None
+    assert plan.pending_writes  # requeued until the listener is gone
