@@ -234,6 +234,14 @@ class ScaleSetReconciler:
             await self.events.warning(ars, "ActionsServiceError", f"{type(exc).__name__}: {exc}")
             raise
 
+        patch = adopt.ars_cleanup_patch(ars)  # ARC's fingerprints (README "Switching from ARC")
+        if patch is not None:
+            ars = await self.writer.patch_merge(
+                AUTOSCALING_RUNNER_SETS,
+                AUTOSCALING_RUNNER_SETS.key_of(ars),
+                patch,
+                resource_version=ars.metadata.resource_version,
+            )
         try:
             ers = await self._ensure_runner_set(ars)
             if ers is None or ers.metadata.is_deleting:
@@ -481,14 +489,6 @@ class ScaleSetReconciler:
     async def _adopt(self, ars: AutoscalingRunnerSet, ers: EphemeralRunnerSet) -> bool:
         """Take over ARC's leftovers of this ARS, one locked write per object; True while work remains
         (requeue soon: runner changes do not wake this worker)."""
-        patch = adopt.ars_cleanup_patch(ars)
-        if patch is not None:
-            await self.writer.patch_merge(
-                AUTOSCALING_RUNNER_SETS,
-                AUTOSCALING_RUNNER_SETS.key_of(ars),
-                patch,
-                resource_version=ars.metadata.resource_version,
-            )
         legacy = adopt.legacy_runner_sets(ars, await self._sets_of(ars))
         if not legacy and not adopt.is_arc_runner_set(ers):
             return False
