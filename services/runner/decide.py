@@ -36,6 +36,12 @@ FAILURE_DELETE_REASONS = frozenset(
 )
 
 
+# Runners that ended after a job: they are not deleted here but marked finished (status Succeeded,
+# annotation finished-at) so the runner-set worker keeps counting them until the listener has
+# accounted for the job, and never replaces one (README "runner worker", finished runners).
+FINISHED_REASONS = frozenset({"RunnerSucceeded", "PodFailedWithJob", "PodLostWithJob", "RunnerHungAfterJob"})
+
+
 class RunnerSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Timing and limits of the runner worker (flags: README "runner worker")."""
 
@@ -123,6 +129,10 @@ class RunnerSettings(msgspec.Struct, frozen=True, kw_only=True):
         ),
     ] = ()
     already_exists_requeue: float = 5.0  # pod create answered AlreadyExists (a deleting namesake)
+    # A finished (Succeeded) runner is the runner-set worker's to delete once the listener has
+    # accounted for its job; if it is still there this long after it finished (runner-set worker
+    # down), the runner worker deletes it itself (README "runner worker", finished runners).
+    finished_release_after: float = 300.0
     runner_exists_requeue: float = 1.0  # JIT name collision resolved: generate again after
     actions_call_timeout: float = 120.0  # outer deadline of one Actions step (the client has its own)
 
@@ -418,6 +428,21 @@ def quota_decision(er: EphemeralRunner, now: datetime, settings: RunnerSettings)
             "ExceededQuota", f"pod creation forbidden by a quota for more than {settings.quota_give_up_after:g}s"
         )
     return Wait(settings.quota_retry, "exceeded quota")
+
+
+def finished_patch(reason: str, message: str) -> JsonTree:
+    """Status of a runner that ended after its job (or exited 0): ARC's Succeeded ("finished")
+    phase; ``reason`` says how it ended (RunnerSucceeded, PodFailedWithJob, ...)."""
+    return {"status": {"phase": "Succeeded", "reason": reason, "message": message, "ready": False}}
+
+
+def finished_release_wait(finished: datetime | None, now: datetime, settings: RunnerSettings) -> float:
+    """Seconds until a finished runner still present is deleted by the runner worker itself
+    (0: now). Without a finished-at stamp (a Succeeded runner not finished by this worker) the
+    runner-set worker alone decides: never."""
+    if finished is None or settings.finished_release_after <= 0:
+        return float("inf")
+    return max(0.0, settings.finished_release_after - (now - finished).total_seconds())
 
 
 def failed_patch(reason: str, message: str) -> JsonTree:

@@ -10,19 +10,19 @@ so a late ``JobStarted`` never moves the runner back to "started".
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from shared.api import EphemeralRunner, EphemeralRunnerStatus
-from shared.api.constants import LABEL_SCALE_SET_NAME
+from shared.api import EphemeralRunner, EphemeralRunnerStatus, finished
+from shared.api.constants import ANNOTATION_JOB_COMPLETED, LABEL_SCALE_SET_NAME
 from shared.bus.messages import JobCompleted, JobStarted
 
 JsonTree = dict[str, Any]
 
-# runnerscale: set on an EphemeralRunner when the service reported its job completed; the value is
-# "job=<job key>;result=<result>;at=<event time>". Written once, never removed (a late JobStarted
-# cannot undo it).
-ANNOTATION_JOB_COMPLETED = "actions.github.com/job-completed"
+# ANNOTATION_JOB_COMPLETED (shared.api.constants): set on an EphemeralRunner when the service
+# reported its job completed; "job=<job key>;result=<result>;at=<event time>;epoch=<listener epoch>".
+# Written once, never removed (a late JobStarted cannot undo it). The runner-set worker reads it to
+# know whether a finished runner's completion is accounted for (shared.api.finished).
 
 JobEvent = JobStarted | JobCompleted
 
@@ -95,18 +95,13 @@ def conflicting_job(er: EphemeralRunner, event: JobEvent) -> bool:
 
 
 def completion_value(event: JobCompleted) -> str:
-    at = event.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"job={event.job_key()};result={event.result or 'unknown'};at={at}"
+    return finished.completion_value(event.job_key(), event.result, event.time, event.listener_epoch)
 
 
 def parse_completion(value: str) -> tuple[str, datetime | None]:
     """(job key, completion time) from the annotation value; ("", None) when unparsable."""
-    parts = dict(p.split("=", 1) for p in value.split(";") if "=" in p)
-    try:
-        at = datetime.strptime(parts.get("at", ""), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        at = None
-    return parts.get("job", ""), at
+    c = finished.parse_completion(value)
+    return c.job, c.at
 
 
 def completed_at(er: EphemeralRunner) -> datetime | None:

@@ -23,7 +23,7 @@ from shared.actions import (
     RunnerExistsError,
     RunnerNotFoundError,
 )
-from shared.api import EphemeralRunner, EphemeralRunnerStatus, validate
+from shared.api import EphemeralRunner, EphemeralRunnerPhase, EphemeralRunnerStatus, finished, validate
 from shared.api.constants import (
     API_VERSION,
     FINALIZER_EPHEMERAL_RUNNER,
@@ -164,6 +164,8 @@ class RunnerReconciler:
         status = er.status or EphemeralRunnerStatus()
         if status.is_done():
             await self._cleanup_resources(er)
+            if status.phase == EphemeralRunnerPhase.SUCCEEDED:
+                return await self._release_if_abandoned(er)
             return DONE
         er = await self._ensure_finalizers(er)
         if not status.runner_id:
@@ -329,9 +331,11 @@ class RunnerReconciler:
         match decision:
             case decide.DeleteRunner(reason=reason, message=message):
                 if reason == "RunnerSucceeded":  # the normal end of every runner: a log line, not an Event write
-                    log.info("runner finished; deleting it", namespace=er.metadata.namespace, name=er.metadata.name)
+                    log.info("runner finished", namespace=er.metadata.namespace, name=er.metadata.name)
                 else:
                     await self.events.warning(er, reason, message)
+                if reason in decide.FINISHED_REASONS:
+                    return await self._finish(er, reason, message)
                 await self._delete_er(er, reason)
                 return DONE
             case decide.RecordFailure(reason=reason, message=message, status_patch=patch):
@@ -427,6 +431,48 @@ class RunnerReconciler:
         ref = er.metadata.controller_reference()
         name = er.metadata.labels.get(LABEL_SCALE_SET_NAME) or (ref.name if ref is not None else "")
         self.metrics.failures.labels(er.metadata.namespace, name, reason).inc()
+
+    async def _finish(self, er: EphemeralRunner, reason: str, message: str) -> Result:
+        """A runner that ended after its job (or exited 0) is not deleted here: stamp
+        ``finished-at`` (locked), then status Succeeded (locked on that answer), then delete its pod
+        and Secret. The runner-set worker keeps counting it until the listener has accounted for
+        its job, then deletes it, so no replacement is ever made for a finished job (README
+        "runner-set worker", finished runners). A crash between the writes redoes them."""
+        key = EPHEMERAL_RUNNERS.key_of(er)
+        if finished.finished_at(er.metadata) is None:
+            er = await self.writer.patch_merge(
+                EPHEMERAL_RUNNERS,
+                key,
+                finished.finished_at_patch(self.clock.now()),
+                resource_version=er.metadata.resource_version,
+            )
+        er = await self.writer.patch_status(
+            EPHEMERAL_RUNNERS,
+            key,
+            decide.finished_patch(reason, message),
+            resource_version=er.metadata.resource_version,
+        )
+        self.metrics.runners_deleted.labels(reason).inc()
+        if reason in decide.FAILURE_DELETE_REASONS:
+            self._count_failure(er, reason)
+        await self._cleanup_resources(er)
+        return await self._release_if_abandoned(er)
+
+    async def _release_if_abandoned(self, er: EphemeralRunner) -> Result:
+        """A finished runner is the runner-set worker's to delete; one still here
+        ``finished_release_after`` after it finished (runner-set worker down) is deleted here."""
+        wait = decide.finished_release_wait(finished.finished_at(er.metadata), self.clock.now(), self.settings)
+        if wait == float("inf"):
+            return DONE
+        if wait > 0:
+            return Result(requeue_after=wait)
+        log.warning(
+            "finished runner not released by the runner-set worker in time; deleting it",
+            namespace=er.metadata.namespace,
+            name=er.metadata.name,
+        )
+        await self.writer.delete(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), uid=er.metadata.uid, missing_ok=True)
+        return DONE
 
     async def _delete_er(self, er: EphemeralRunner, reason: str) -> None:
         self.metrics.runners_deleted.labels(reason).inc()

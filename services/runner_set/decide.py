@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -28,6 +29,7 @@ from shared.api import (
     EphemeralRunnerSetStatus,
     ProxyConfig,
     ProxyServerConfig,
+    finished,
     runner_revision,
     status_patch,
 )
@@ -53,6 +55,12 @@ ANNOTATION_APPLIED_DESIRED_STATE = "actions.github.com/applied-desired-state"
 # that is this much newer than the applied one is accepted even from a lower epoch, so a lost
 # store heals by itself (a deposed leader stops publishing long before this: lease TTL ~10 s).
 EPOCH_RESET_GRACE = dt.timedelta(seconds=120)
+
+# A finished runner whose completion the applied desired state does not (yet) account for is kept
+# and counted this long after it finished; then it is reaped as the seeds reap finished runners
+# (with the cleanup marker). The listener publishes a desired state right after every JobCompleted,
+# so this only matters when the listener is down or the JobCompleted was lost.
+FINISHED_HOLD = dt.timedelta(seconds=60)
 
 # ERS annotations that are not copied onto runners.
 _NOT_PROPAGATED = frozenset(
@@ -102,8 +110,10 @@ class Buckets:
 
     @property
     def scale_up_total(self) -> int:
-        """What a scale-up compares against: deleting runners count, so they are not double-replaced."""
-        return self.scale_total + len(self.deleting)
+        """What a scale-up compares against: deleting runners count, so they are not double-replaced,
+        and so do finished runners still present (the listener may not have accounted for their
+        job yet: :func:`finished_state`)."""
+        return self.scale_total + len(self.deleting) + len(self.finished)
 
     @property
     def live(self) -> list[EphemeralRunner]:
@@ -231,7 +241,13 @@ def desired_problem(msg: DesiredState) -> str | None:
 
 
 def desired_patch(ers: EphemeralRunnerSet, msg: DesiredState) -> dict[str, Any] | None:
-    """The merge patch that applies ``msg`` to the ERS, or None (stale, or already applied)."""
+    """The merge patch that applies ``msg`` to the ERS, or None (stale, or nothing would change).
+
+    The ERS is written only when what the record says changes: the listener epoch, ``patchID`` or
+    ``replicas`` (README "runner-set worker", "Applying desired state"). A later message of the same
+    epoch with the same values leaves the record's time where it is; that is safe because a lower
+    epoch's messages all predate the first message of the recorded epoch, whose record is written.
+    """
     applied = parse_applied_desired(ers.metadata.annotations)
     if not supersedes(msg.listener_epoch, msg.time, applied):
         return None
@@ -239,7 +255,11 @@ def desired_patch(ers: EphemeralRunnerSet, msg: DesiredState) -> dict[str, Any] 
         epoch=msg.listener_epoch, time=_time(msg.time), patch_id=msg.patch_id, replicas=msg.replicas
     )
     unchanged = ers.spec.replicas == msg.replicas and ers.spec.patch_id == msg.patch_id
-    if unchanged and applied is not None and applied.epoch == record.epoch and _time(applied.time) == record.time:
+    if (
+        unchanged
+        and applied is not None
+        and (applied.epoch, applied.patch_id, applied.replicas) == (record.epoch, record.patch_id, record.replicas)
+    ):
         return None
     return {
         "metadata": {"annotations": {ANNOTATION_APPLIED_DESIRED_STATE: msgspec.json.encode(record).decode()}},
@@ -293,6 +313,44 @@ def next_cleanup_marker(current: int | None, patch_id: int) -> int | None:
     return None if current == patch_id else patch_id
 
 
+class Finished(StrEnum):
+    ACCOUNTED = "accounted"  # the applied desired state was computed after the job completed
+    HELD = "held"  # not yet: keep it and count it toward the scale-up total
+    EXPIRED = "expired"  # unknown after FINISHED_HOLD (or never stamped): reap it, record the marker
+
+
+def finished_state(
+    er: EphemeralRunner, applied: AppliedDesired | None, patch_id: int, now: dt.datetime
+) -> tuple[Finished, float]:
+    """Whether the listener has accounted for a finished runner's job (README "runner-set worker",
+    finished runners), and the seconds left before a held one expires.
+
+    The listener publishes a service message's JobCompleted events before the desired state it
+    computes from the same message, both stamped with its clock and epoch; the runner worker copies
+    the JobCompleted's time and epoch into the ER's ``job-completed`` mark. So the applied desired
+    state accounts for the completion when it is of a later epoch (a new listener starts from fresh
+    statistics), or of the same epoch and not older than the completion. Patch ID 0 (nothing
+    happened since the listener's previous decision, target at minRunners) accounts for every
+    completion. A newer patch ID alone is not enough: one desired state may account for only some
+    of several jobs that finished together."""
+    if patch_id == 0:
+        return Finished.ACCOUNTED, 0.0
+    c = finished.job_completion(er.metadata)
+    if c is not None and c.at is not None and applied is not None:
+        at, t = _time(c.at), _time(applied.time)
+        if c.epoch is None:  # an older mark: whole seconds, no epoch
+            ok = t >= at + dt.timedelta(seconds=1)
+        else:
+            ok = applied.epoch > c.epoch or (applied.epoch == c.epoch and t >= at)
+        if ok:
+            return Finished.ACCOUNTED, 0.0
+    done = finished.finished_at(er.metadata)
+    if done is None:  # Succeeded without the runner worker's stamp (ARC, a user): reaped as the seeds do
+        return Finished.EXPIRED, 0.0
+    left = (FINISHED_HOLD - (now - done)).total_seconds()
+    return (Finished.EXPIRED, 0.0) if left <= 0 else (Finished.HELD, left)
+
+
 def scale_up_suppressed(patch_id: int, marker: int | None) -> bool:
     """Scale-up is suppressed while spec.patchID equals the cleanup marker: the gap below
     spec.replicas was opened by reaping finished runners, not by new demand. Patch ID 0
@@ -343,7 +401,9 @@ def plan(
         def old(er: EphemeralRunner) -> bool:
             return runner_revision(er.metadata) < target
 
-        terminated = [er for er in (*b.finished, *b.failed, *b.outdated) if old(er)]
+        # Finished runners of the old spec are left to the finished-runner step (they may still
+        # stand for a job the listener has not accounted for); they hold nothing back.
+        terminated = [er for er in (*b.failed, *b.outdated) if old(er)]
         idle_old = [er for er in (*b.pending, *b.running) if old(er) and not has_job(er)]
         if terminated or idle_old:
             return Plan(
@@ -360,26 +420,39 @@ def plan(
 
     status_fields = status_diff(status, desired_status(ers, b, applied))
 
-    # 3. Current Outdated runners hold the set in the Outdated phase: no scaling (a replacement
-    #    would be Outdated too); the scale-set worker decides what to do with an Outdated set.
+    # 3. Current Outdated runners hold the set in the Outdated phase: no scale-up (a replacement
+    #    would be Outdated too); the scale-set worker decides what to do with an Outdated set. When
+    #    it parks the set (replicas 0, patch ID 0: no listener), the authoritative scale-down still
+    #    applies, so idle registered runners of the parked spec are drained and take no job; busy
+    #    ones finish theirs (README "runner-set worker").
     if current_outdated(b, applied):
-        return Plan("outdated-hold", status=status_fields)
+        drain = 0
+        if spec.patch_id == 0 and b.scale_total > spec.replicas:
+            drain = b.scale_total - spec.replicas
+        remove = idle_candidates(b) if drain else []
+        return Plan("outdated-hold", remove=remove, remove_count=drain, status=status_fields)
 
     # 4. Failed runners (better than ARC): swap those past their TTL for fresh ones (whatever the
     #    patch ID says: a failed runner is lost capacity, not lower demand), and hold all creation
     #    while the set's failure budget is exhausted.
+    now = now or dt.datetime.now(dt.UTC)
     if policy is None:
-        return _scale(ers, b, status_fields, None)
-    a = failures.assess(ers, b.failed, [*b.pending, *b.running, *b.finished], now or dt.datetime.now(dt.UTC), policy)
+        return _scale(ers, b, status_fields, None, now)
+    a = failures.assess(ers, b.failed, [*b.pending, *b.running, *b.finished], now, policy)
     if a.expired:
         repl = failures.replacements(a.expired, b.all, spec.replicas, b.scale_up_total)
         return Plan("failed-ttl", reap=a.expired, replace=repl, status=status_fields, budget=a, requeue=True)
-    p = _scale(ers, b, status_fields, a.blocked_until)
-    return replace(p, budget=a, requeue_after=a.next_check)
+    p = _scale(ers, b, status_fields, a.blocked_until, now)
+    after = [t for t in (p.requeue_after, a.next_check) if t is not None]
+    return replace(p, budget=a, requeue_after=min(after) if after else None)
 
 
 def _scale(
-    ers: EphemeralRunnerSet, b: Buckets, status_fields: dict[str, Any] | None, blocked_until: dt.datetime | None
+    ers: EphemeralRunnerSet,
+    b: Buckets,
+    status_fields: dict[str, Any] | None,
+    blocked_until: dt.datetime | None,
+    now: dt.datetime,
 ) -> Plan:
     spec, status = ers.spec, ers.status or EphemeralRunnerSetStatus()
     marker = status.finished_runner_cleanup_patch_id
@@ -388,14 +461,29 @@ def _scale(
     #    patchID 0 = authoritative (up and down); new patchID = up only; same patchID = status only.
     if spec.patch_id != 0 and spec.patch_id == b.latest_patch_id:
         return Plan("patch-already-applied", status=status_fields)
+    held_for: float | None = None
     if b.finished:
-        # Reap finished runners, record which patch the reaping belongs to, and decide scaling on
-        # the next reconcile against post-cleanup data, so a finished runner is never replaced twice.
-        new_marker = next_cleanup_marker(marker, spec.patch_id)
-        fields = dict(status_fields or {})
-        if new_marker is not None:
-            fields["finishedRunnerCleanupPatchID"] = new_marker
-        return Plan("finished-cleanup", delete=list(b.finished), status=fields or None, requeue=True)
+        # Reap the finished runners the listener has accounted for: spec.replicas no longer counts
+        # their jobs, so deleting them opens no gap. The others stay and count toward the scale-up
+        # total until it has (or FINISHED_HOLD passed). Reaping one it has not accounted for opens
+        # a gap below spec.replicas: record the patch ID it belongs to first (the seeds' marker)
+        # and decide scaling on the next reconcile against post-cleanup data.
+        applied_desired = parse_applied_desired(ers.metadata.annotations)
+        reap: list[EphemeralRunner] = []
+        gap = False
+        for er in b.finished:
+            state, left = finished_state(er, applied_desired, spec.patch_id, now)
+            if state is Finished.HELD:
+                held_for = left if held_for is None else min(held_for, left)
+                continue
+            reap.append(er)
+            gap = gap or state is Finished.EXPIRED
+        if reap:
+            fields = dict(status_fields or {})
+            new_marker = next_cleanup_marker(marker, spec.patch_id) if gap else None
+            if new_marker is not None:
+                fields["finishedRunnerCleanupPatchID"] = new_marker
+            return Plan("finished-cleanup", delete=reap, status=fields or None, requeue=True)
     create = 0
     if spec.replicas > b.scale_up_total and not scale_up_suppressed(spec.patch_id, marker) and blocked_until is None:
         create = spec.replicas - b.scale_up_total
@@ -413,7 +501,15 @@ def _scale(
         reason = "failure-backoff"
     # Deletions and creations wake the set through runner events; a scale-down that fell short
     # (JobStillRunning, unregistered runners) waits for the next runner status change, as in ARC.
-    return Plan(reason, remove=remove, remove_count=count, create=create, status=status_fields, requeue=bool(create))
+    return Plan(
+        reason,
+        remove=remove,
+        remove_count=count,
+        create=create,
+        status=status_fields,
+        requeue=bool(create),
+        requeue_after=held_for,
+    )
 
 
 @dataclass(frozen=True)

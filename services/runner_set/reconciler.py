@@ -160,6 +160,7 @@ class RunnerSetReconciler:
             patch_id=ers.spec.patch_id,
             current=b.scale_total,
             deleting=len(b.deleting),
+            finished=len(b.finished),
             create=p.create,
             delete=len(p.delete),
             remove=p.remove_count,

@@ -80,6 +80,14 @@ ANNOTATION_FAILED_AT: Final = "actions.github.com/failed-at"
 # runnerscale: the resourceVersion of the listener config Secret a listener pod was started with.
 # The pod spec does not change when only the Secret's data does, so this is the restart signal.
 ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION: Final = "actions.github.com/listener-config-resource-version"
+# runnerscale: set on an EphemeralRunner when the service reported its job completed (runner worker,
+# from the listener's JobCompleted): "job=<job key>;result=<result>;at=<event time>;epoch=<listener
+# epoch>". Written once, never removed. The runner-set worker compares it with the applied desired
+# state to know whether the listener has accounted for the completion (README "Typed state (new fields)").
+ANNOTATION_JOB_COMPLETED: Final = "actions.github.com/job-completed"
+# runnerscale: when the runner worker saw the runner finish its job (ISO 8601), written right before
+# the ER's status becomes Succeeded; it bounds how long the runner-set worker holds a finished runner.
+ANNOTATION_FINISHED_AT: Final = "actions.github.com/finished-at"
 
 # --- finalizers ----------------------------------------------------------------------------------
 FINALIZER_AUTOSCALING_RUNNER_SET: Final = "autoscalingrunnerset.actions.github.com/finalizer"

@@ -7,11 +7,17 @@ generated per-kind methods are not used, which sidesteps two of their traps: the
 JSON-patch default for dict bodies on custom resources, and ``None`` returned for unmapped 2xx codes.
 
 Every call has a deadline: ``request_timeout`` (default 30 s) unless the call passes its own.
+
+The proxy environment is resolved once, when the client is built, never per request (README
+"Kubernetes access layer", "Client"), and a client-side request-rate limit with a burst
+(:class:`RequestRateLimit`, like client-go's QPS/Burst) paces every request and watch opening.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,7 +25,9 @@ from typing import Any
 
 import aiohttp
 import anyio
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio.config import ConfigException
+from yarl import URL
 
 from shared.kube.errors import ConnectionFailed, KubeError, Timeout, translate_status
 from shared.log import get_logger
@@ -32,6 +40,9 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
+#: Client-side request rate (requests per second) and burst, per client (README "Client (`KubeClient`)").
+DEFAULT_QPS = 200.0
+DEFAULT_BURST = 400
 Query = Sequence[tuple[str, str]]
 
 
@@ -40,15 +51,112 @@ Query = Sequence[tuple[str, str]]
 SERVICE_ACCOUNT_DIR_ENV = "RUNNERSCALE_SERVICEACCOUNT_DIR"
 
 
+class RequestRateLimit:
+    """A token bucket like client-go's QPS/Burst: ``burst`` requests at once, then ``qps`` per second.
+
+    :meth:`reserve` takes a token now and returns how long the caller must wait for it (tokens may
+    go negative, so waiters are served in the order they reserved, like golang's ``rate.Reserve``).
+    ``qps <= 0`` disables the limit.
+    """
+
+    def __init__(self, qps: float, burst: int, *, clock: Any = time.monotonic) -> None:
+        if qps > 0 and burst < 1:
+            raise ValueError(f"burst must be >= 1 when qps > 0, got {burst}")
+        self.qps = float(qps)
+        self.burst = int(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._stamp: float = clock()
+        self.throttled = 0  # requests that had to wait (for metrics and tests)
+
+    @property
+    def enabled(self) -> bool:
+        return self.qps > 0
+
+    def reserve(self) -> float:
+        """Take one token; return the seconds until it is due (0: go now)."""
+        if not self.enabled:
+            return 0.0
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
+        self._stamp = now
+        self._tokens -= 1.0
+        if self._tokens >= 0:
+            return 0.0
+        self.throttled += 1
+        return -self._tokens / self.qps
+
+    async def wait(self) -> None:
+        delay = self.reserve()
+        if delay > 0:
+            await anyio.sleep(delay)
+
+
+def _resolve_environment_once(api_client: Any) -> None:
+    """Pin the proxy settings from the environment now and stop aiohttp from re-reading them.
+
+    kubernetes-asyncio builds its aiohttp session with ``trust_env=True``, which makes aiohttp read
+    ``*_PROXY``/``NO_PROXY`` and ``~/.netrc`` in a thread on *every* request. The proxy for the API
+    server is resolved here, once (an explicit ``configuration.proxy`` wins); netrc is not consulted
+    (Kubernetes credentials come from the kubeconfig or the service account, and aiohttp refuses
+    netrc credentials next to the bearer token anyway).
+    """
+    rest = api_client.rest_client
+    session = rest.pool_manager
+    if not getattr(session, "_trust_env", False):
+        return
+    if rest.proxy is None and api_client.configuration.host:
+        try:
+            proxy, auth = get_env_proxy_for_url(URL(api_client.configuration.host))
+        except LookupError:  # no proxy configured for this host, or NO_PROXY covers it
+            pass
+        else:
+            rest.proxy = str(proxy)
+            if auth is not None:
+                rest.proxy_headers = {**(rest.proxy_headers or {}), "Proxy-Authorization": auth.encode()}
+    session._trust_env = False  # aiohttp has no public setter; read per request in ClientSession._request
+
+
 class KubeClient:
     """An authenticated connection to one API server. Use ``async with`` or call :meth:`close`."""
 
-    def __init__(self, api_client: Any, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+    ) -> None:
         if request_timeout <= 0:
             raise ValueError(f"request_timeout must be > 0, got {request_timeout}")
+        if not math.isfinite(qps):
+            raise ValueError(f"qps must be finite, got {qps}")
+        _resolve_environment_once(api_client)
         self._api = api_client
         self.request_timeout = float(request_timeout)
+        self.rate_limit = RequestRateLimit(qps, burst)
         self._closed = False
+        self._parent: KubeClient | None = None
+
+    def unthrottled(self) -> KubeClient:
+        """A view of this client (same connection pool) that the request-rate limit does not pace.
+
+        For liveness traffic (shard leases): a renewal must not queue behind a burst of bulk
+        requests, or it would miss its deadline and the replica would lose its shards exactly when
+        it is busiest. Closing the view does nothing; closing this client closes both.
+        """
+        view = object.__new__(KubeClient)
+        view._api = self._api
+        view.request_timeout = self.request_timeout
+        view.rate_limit = RequestRateLimit(0, 0)
+        view._closed = False
+        view._parent = self
+        return view
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or (self._parent is not None and self._parent.closed)
 
     # --- construction ----------------------------------------------------------------------------
 
@@ -59,6 +167,8 @@ class KubeClient:
         *,
         context: str | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
     ) -> KubeClient:
         """Connect with a kubeconfig file (``None``: ``$KUBECONFIG`` or ``~/.kube/config``)."""
         from kubernetes_asyncio import client, config
@@ -70,10 +180,12 @@ class KubeClient:
             )
         except (config.ConfigException, OSError, ValueError, TypeError) as exc:
             raise ConnectionFailed(f"load kubeconfig {path or '(default)'}", str(exc)) from None
-        return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout)
+        return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout, qps=qps, burst=burst)
 
     @classmethod
-    def in_cluster(cls, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> KubeClient:
+    def in_cluster(
+        cls, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, qps: float = DEFAULT_QPS, burst: int = DEFAULT_BURST
+    ) -> KubeClient:
         """Connect with the pod's service account (token re-read when it rotates).
 
         The token and CA are read from ``$RUNNERSCALE_SERVICEACCOUNT_DIR`` when set (node-sim runs
@@ -89,16 +201,23 @@ class KubeClient:
             config.load_incluster_config(client_configuration=cfg, **files)  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError) as exc:
             raise ConnectionFailed("load in-cluster config", str(exc)) from None
-        return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout)
+        return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout, qps=qps, burst=burst)
 
     @classmethod
-    def from_url(cls, url: str, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> KubeClient:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+    ) -> KubeClient:
         """An unauthenticated client for a plain-HTTP server (the embedded emulator, test proxies)."""
         from kubernetes_asyncio import client
 
         cfg = client.Configuration()
         cfg.host = url.rstrip("/")
-        return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout)
+        return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout, qps=qps, burst=burst)
 
     @classmethod
     async def connect(
@@ -107,11 +226,15 @@ class KubeClient:
         *,
         context: str | None = None,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
     ) -> KubeClient:
         """A kubeconfig path if given; else in-cluster when running in a pod; else the default kubeconfig."""
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            return cls.in_cluster(request_timeout=request_timeout)
-        return await cls.from_kubeconfig(kubeconfig, context=context, request_timeout=request_timeout)
+            return cls.in_cluster(request_timeout=request_timeout, qps=qps, burst=burst)
+        return await cls.from_kubeconfig(
+            kubeconfig, context=context, request_timeout=request_timeout, qps=qps, burst=burst
+        )
 
     @property
     def host(self) -> str:
@@ -120,7 +243,8 @@ class KubeClient:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
-            await self._api.close()
+            if self._parent is None:
+                await self._api.close()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -133,8 +257,9 @@ class KubeClient:
     async def _send(
         self, what: str, method: str, path: str, query: Query, body: Any, content_type: str, client_timeout: Any
     ) -> aiohttp.ClientResponse:
-        if self._closed:
+        if self.closed:
             raise ConnectionFailed(what, "client is closed")
+        await self.rate_limit.wait()  # inside the caller's deadline, like client-go's limiter and its context
         try:
             response: aiohttp.ClientResponse = await self._api.call_api(
                 path,
@@ -229,6 +354,8 @@ async def _lines(resp: aiohttp.ClientResponse, what: str, read_timeout: float) -
 
 
 __all__ = [
+    "DEFAULT_BURST",
+    "DEFAULT_QPS",
     "DEFAULT_REQUEST_TIMEOUT",
     "JSON",
     "JSON_PATCH",
@@ -236,4 +363,5 @@ __all__ = [
     "STRATEGIC_MERGE_PATCH",
     "KubeClient",
     "KubeError",
+    "RequestRateLimit",
 ]

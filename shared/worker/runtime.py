@@ -70,12 +70,15 @@ Task = Callable[..., Coroutine[Any, Any, None]]
 
 async def connect_kube(settings: WorkerSettings) -> KubeClient:
     """The Kubernetes client the settings name (emulator URL, kubeconfig, or in-cluster)."""
+    timeout, qps, burst = settings.kube_request_timeout, settings.kube_qps, settings.kube_burst
     if settings.kube_url:
-        return KubeClient.from_url(settings.kube_url, request_timeout=settings.kube_request_timeout)
+        return KubeClient.from_url(settings.kube_url, request_timeout=timeout, qps=qps, burst=burst)
     return await KubeClient.connect(
         settings.kubeconfig or None,
         context=settings.kube_context or None,
-        request_timeout=settings.kube_request_timeout,
+        request_timeout=timeout,
+        qps=qps,
+        burst=burst,
     )
 
 
@@ -94,7 +97,7 @@ def join_shards(
     if settings.ownership == "nats":
         return ShardOwnership.join(bus, name, replica_id=settings.replica_id, on_change=on_change)
     return KubeShardOwnership.join(
-        kube,
+        kube.unthrottled(),  # liveness never queues behind bulk requests (README "Client (`KubeClient`)")
         shard_group(name, settings),
         replica_id=settings.replica_id,
         shards=settings.bus.shards,

@@ -27,7 +27,7 @@ async def test_runner_exists_in_same_scale_set_is_removed_and_registered_again(r
     assert runner_id != stale.runner.id
     named = [r for r in await env.service_runners() if r.name == "er-dup"]
     assert [r.id for r in named] == [runner_id]
-    assert "StaleRegistrationRemoved" in await env.event_reasons("er-dup")
+    await env.wait_events("er-dup", "StaleRegistrationRemoved")
     await env.wait_pod("er-dup")
 
 
@@ -38,7 +38,7 @@ async def test_runner_name_taken_by_another_scale_set_deletes_the_er(runner_env)
         theirs = await client.generate_jit_config(other, "er-taken")
     await env.create_er("er-taken")
     await env.wait_gone("er-taken")
-    assert "RunnerNameTaken" in await env.event_reasons("er-taken")
+    await env.wait_events("er-taken", "RunnerNameTaken")
     # the other scale set's runner is untouched
     assert theirs.runner.id in {r.id for r in await env.sim.control.runners()}
 
@@ -125,7 +125,7 @@ async def test_pod_that_never_starts_is_deleted_and_unregistered(
         await env.wait_pod("er-stuck")
         await env.wait_gone("er-stuck", timeout=15)
         assert runner_id not in {r.id for r in await env.service_runners()}
-        assert "PodStartTimeout" in await env.event_reasons("er-stuck")
+        await env.wait_events("er-stuck", "PodStartTimeout")
 
 
 async def test_invalid_pod_template_marks_failed(runner_env):
@@ -154,7 +154,7 @@ async def test_invalid_spec_is_failed_with_an_event_and_deletes_cleanly(runner_e
 
     er = await wait_for(failed, what="phase Failed")
     assert er.status.reason == "InvalidSpec" and "runnerScaleSetId" in er.status.message
-    assert "InvalidSpec" in await env.event_reasons("er-bad")
+    await env.wait_events("er-bad", "InvalidSpec")
     assert await env.secret_of("er-bad") is None
     await env.kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-bad"))
     await env.wait_gone("er-bad")

@@ -19,6 +19,7 @@ from shared.actions import ActionsClient, PersonalAccessToken
 from shared.api import EphemeralRunner
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
+    ANNOTATION_FINISHED_AT,
     LABEL_SCALE_SET_NAME,
     LABEL_SCALE_SET_NAMESPACE,
 )
@@ -32,6 +33,7 @@ FAST = RunnerSettings(
     job_still_running_requeue=0.2,
     runner_exists_requeue=0.05,
     already_exists_requeue=0.1,
+    finished_release_after=1.0,  # no runner-set worker here: the runner worker releases finished runners
 )
 
 
@@ -121,6 +123,20 @@ class RunnerEnv:
 
         await wait_for(gone, timeout=timeout, what=f"EphemeralRunner {name} deleted")
 
+    async def wait_finished(self, name: str, reason: str, timeout: float = 20.0) -> EphemeralRunner:
+        """Wait until the runner worker has marked ``name`` finished (issue #14): status Succeeded
+        with ``reason`` and the finished-at stamp, its pod gone or going."""
+
+        async def finished() -> EphemeralRunner | None:
+            er = await self.er(name)
+            if er is None or er.status is None or er.status.phase != "Succeeded" or er.status.reason != reason:
+                return None
+            pod = await self.pod(name)
+            done = ANNOTATION_FINISHED_AT in er.metadata.annotations and (pod is None or pod.metadata.is_deleting)
+            return er if done else None
+
+        return await wait_for(finished, timeout=timeout, what=f"{name} finished ({reason})")
+
     async def set_pod_status(self, name: str, status: dict[str, Any]) -> Any:
         return await self.kube.writer.patch_status(PODS, self.key(name), {"status": status})
 
@@ -162,6 +178,17 @@ class RunnerEnv:
 
     async def event_reasons(self, name: str) -> set[str]:
         return {e.reason for e in await self.events(name)}
+
+    async def wait_events(self, name: str, *reasons: str, timeout: float = 20.0) -> set[str]:
+        """Wait until ``name`` has Events with every one of ``reasons``: the worker records Events
+        after the status write, and a real API server makes them visible to a list a moment later."""
+        wanted = set(reasons)
+
+        async def recorded() -> set[str] | None:
+            seen = await self.event_reasons(name)
+            return seen if wanted <= seen else None
+
+        return await wait_for(recorded, timeout=timeout, what=f"events {sorted(wanted)} on {name}")
 
     async def service_runners(self) -> list[Any]:
         return [r for r in await self.sim.control.runners() if r.scale_set_id == self.scale_set_id]

@@ -148,5 +148,6 @@ async def test_runner_still_up_after_its_job_completed_is_reclaimed(
         await env.reconciler.handle_job_event(_event(JobStarted, env, er))
         await env.reconciler.handle_job_event(_event(JobCompleted, env, er, result="succeeded"))
         # the runner never exits: after the grace period the worker gives the slot back
+        await env.wait_finished("er-hung", "RunnerHungAfterJob", timeout=15)  # its pod is deleted
         await env.wait_gone("er-hung", timeout=15)
-        assert "RunnerHungAfterJob" in await env.event_reasons("er-hung")
+        await env.wait_events("er-hung", "RunnerHungAfterJob")

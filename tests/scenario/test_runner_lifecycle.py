@@ -67,6 +67,11 @@ async def test_exit_0_deletes_runner_and_unregisters(runner_env):
     await env.create_er("er-ok")
     er, _ = await _registered(env, "er-ok")
     await env.terminate("er-ok", 0)
+
+    # finished, not deleted: Succeeded with the finished-at stamp, pod gone (the runner-set worker
+    # deletes it once the listener accounted for the job; here there is none, so the runner
+    # worker releases it itself after finished_release_after)
+    await env.wait_finished("er-ok", "RunnerSucceeded")
     await env.wait_gone("er-ok")
     assert er.status.runner_id not in await _service_ids(env)
     assert await env.secret_of("er-ok") is None or (await env.secret_of("er-ok")).metadata.is_deleting
@@ -86,7 +91,7 @@ async def test_exit_7_marks_outdated_and_removes_from_service(runner_env):
     assert cur.status.reason == "Outdated"
     await wait_for(lambda: _not_registered(env, er.status.runner_id), what="runner removed from the service")
     await wait_for(lambda: _pod_gone(env, "er-old"), what="pod of the outdated runner deleted")
-    assert "RunnerOutdated" in await env.event_reasons("er-old")
+    await env.wait_events("er-old", "RunnerOutdated")
     # the ER itself stays (the runner-set worker decides about Outdated runners)
     assert await env.er("er-old") is not None
 
@@ -126,7 +131,7 @@ async def test_crash_backoff_then_failed_after_more_than_5_failures(runner_env):
     assert cur.status.reason == "TooManyPodFailures" and "actions.github.com/failed-at" in cur.metadata.annotations
     await wait_for(lambda: _not_registered(env, er.status.runner_id), what="runner removed from the service")
     await wait_for(lambda: _pod_gone(env, "er-crash"), what="pod removed")
-    assert {"RunnerPodFailed", "TooManyPodFailures"} <= await env.event_reasons("er-crash")
+    await env.wait_events("er-crash", "RunnerPodFailed", "TooManyPodFailures")
 
 
 async def test_evicted_pod_is_recorded_and_recreated(runner_env):
@@ -191,8 +196,9 @@ async def test_pod_lost_while_running_a_job_deletes_the_runner(runner_env):
     from shared.kube import PODS
 
     await env.kube.writer.delete(PODS, env.key("er-lost"), uid=pod.metadata.uid)
+    await env.wait_finished("er-lost", "PodLostWithJob")  # finished: never a new pod for a spent JIT config
     await env.wait_gone("er-lost")
-    assert "PodLostWithJob" in await env.event_reasons("er-lost")
+    await env.wait_events("er-lost", "PodLostWithJob")
 
 
 async def test_failure_with_job_deletes_the_runner(runner_env):
@@ -201,6 +207,7 @@ async def test_failure_with_job_deletes_the_runner(runner_env):
     await _registered(env, "er-jobfail")
     await env.kube.writer.patch_status(EPHEMERAL_RUNNERS, env.key("er-jobfail"), {"status": {"jobId": "job-2"}})
     await env.terminate("er-jobfail", 1, phase="Running")
+    await env.wait_finished("er-jobfail", "PodFailedWithJob")
     await env.wait_gone("er-jobfail")
 
 

@@ -256,3 +256,48 @@ async def test_proxy_secret_created_referenced_and_deleted_with_the_set(
 
 async def _count_live(kube, namespace, n):
     return len(await runners(kube, namespace)) == n
+
+
+async def test_parked_outdated_set_drains_idle_runners_busy_ones_finish(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
+    """Issue #14 item 3: when the scale-set worker parks an Outdated set (no listener; the ERS gets
+    replicas 0, patchID 0), registered idle runners of the parked spec are removed from the service
+    and deleted, so none takes a job nobody listens for; busy runners finish theirs."""
+    ss = await sim_scale_set(actions_sim)
+    await create_ers(
+        kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1
+    )
+    async with (
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss),
+    ):
+        await w.wait_ready()
+        await wait_for(lambda: applied(kube, namespace, 1), what="revision 1 applied on an empty set")
+        await bus.publish(
+            DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=3, listener_epoch=1)
+        )
+        await wait_for(lambda: _registered(kube, namespace, 3), what="3 registered runners")
+        outdated, busy, idle = sorted(await live(kube, namespace), key=lambda r: r.metadata.name)
+        await set_runner_status(kube, busy, jobId="job-1")
+        await set_runner_status(kube, outdated, phase="Outdated", reason="Outdated")
+        await wait_for(lambda: _phase(kube, namespace, "Outdated"), what="phase Outdated")
+
+        # the scale-set worker parks the set (README "scale-set worker", Outdated guard)
+        ers = await get_ers(kube, namespace)
+        await kube.writer.patch_merge(
+            EPHEMERAL_RUNNER_SETS,
+            ObjectKey(namespace, "set"),
+            {"spec": {"replicas": 0, "patchID": 0}},
+            resource_version=ers.metadata.resource_version,
+        )
+
+        async def drained():
+            names = {r.metadata.name for r in await live(kube, namespace)}
+            return names == {outdated.metadata.name, busy.metadata.name}
+
+        await wait_for(drained, what="the idle runner drained")
+        service = {r.id for r in await actions_sim.control.runners()}
+        assert idle.status.runner_id not in service, "the drained runner must be removed from the service first"
+        assert busy.status.runner_id in service
+        assert await _phase(kube, namespace, "Outdated")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import anyio
+import msgspec
 import pytest
 
 from services.runner_set import decide
@@ -13,6 +14,7 @@ from services.runner_set.failures import FailurePolicy
 from services.runner_set.worker import WORKER
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION, ANNOTATION_PATCH_ID, FINALIZER_EPHEMERAL_RUNNER_SET
 from shared.bus import DesiredState, ResourceRef
+from shared.kube import EPHEMERAL_RUNNER_SETS
 from shared.worker import running_worker
 from tests.scenario.conftest import wait_for
 from tests.scenario.runner_set_helpers import (
@@ -181,6 +183,49 @@ async def _status(kube, namespace, *, current, running):
 _ = dt
 
 
+async def test_identical_desired_states_write_nothing(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
+    """The listener republishes its desired state on every poll; the ERS is written only when what
+    it records changes (epoch, patchID, replicas). Counted from a watch of the ERS, so it holds on
+    a real API server too: N identical publishes, then one changed one; exactly one write lands."""
+    ss = await sim_scale_set(actions_sim)
+    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
+    async with running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w:
+        await w.wait_ready()
+        await bus.publish(desired(namespace, replicas=0, patch=1))
+        await wait_for(lambda: _spec_is(kube, namespace, 0, 1), what="first desired state applied")
+        await wait_for(lambda: _status(kube, namespace, current=0, running=0), what="status settled")
+        before = await get_ers(kube, namespace)
+        first = before.metadata.annotations[decide.ANNOTATION_APPLIED_DESIRED_STATE]
+        records: list[str] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_collect_records, kube, namespace, before.metadata.resource_version, first, records)
+            for _ in range(10):
+                await bus.publish(desired(namespace, replicas=0, patch=1))
+            await bus.publish(desired(namespace, replicas=0, patch=2))  # the marker: one real change
+            await wait_for(lambda: _spec_is(kube, namespace, 0, 2), what="changed desired state applied")
+            await wait_for(lambda: len(records) >= 1, what="the change seen by the watch")
+            tg.cancel_scope.cancel()
+    assert len(records) == 1, f"ERS written {len(records)} times for 10 identical publishes + 1 change: {records}"
+    assert '"patchId":2' in records[0]
+
+
+async def _collect_records(kube, namespace: str, since: str, last: str, records: list[str]) -> None:
+    """Every change of the applied-desired-state annotation after ``since``, from a watch."""
+    path = EPHEMERAL_RUNNER_SETS.collection_path(namespace)
+    query = [("watch", "1"), ("resourceVersion", since), ("fieldSelector", "metadata.name=set")]
+    async with kube.client.stream(path, what="WATCH ers", query=query, read_timeout=60) as lines:
+        async for line in lines:
+            event = msgspec.json.decode(line)
+            if event["type"] != "MODIFIED":
+                continue
+            record = event["object"]["metadata"].get("annotations", {}).get(decide.ANNOTATION_APPLIED_DESIRED_STATE)
+            if record != last:
+                last = record
+                records.append(record)
+
+
 async def test_lagging_informer_cache_never_creates_a_replacement_for_a_completed_job(
     worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret
 ):
@@ -208,3 +253,38 @@ async def test_lagging_informer_cache_never_creates_a_replacement_for_a_complete
             await stays(kube, namespace, 1, 1.5)
         finally:
             await control.settings_async(watch_lag_seconds=0.0)
+
+
+async def test_failed_finished_runner_cleanup_is_a_reconcile_error_and_is_retried(
+    worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret
+):
+    """Seed 000: cleanup of finished runners is not deferred and its failures are not swallowed:
+    a delete the API server refuses fails the reconcile (counted as an error) and is retried until
+    the finished runner is gone — with the marker recorded first and no replacement made."""
+    control = kube_api.require_emulator()
+    ss = await sim_scale_set(actions_sim)
+    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
+    async with (
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss) as fake,
+    ):
+        await w.wait_ready()
+        await bus.publish(desired(namespace, replicas=2, patch=1))
+        await wait_for(lambda: _count_is(kube, namespace, 2), what="2 runners")
+        await wait_for(lambda: len(fake.registered) == 2, what="registered")
+        done = sorted(await runners(kube, namespace), key=lambda r: r.metadata.name)[0]
+        errors = w.ctx.registry.get_sample_value(
+            "controller_runtime_reconcile_errors_total", {"controller": "ephemeralrunnerset"}
+        )
+        await control.add_fault_async(
+            action="error", code=500, verb="delete", resource="ephemeralrunners", namespace=namespace, times=2
+        )
+        await set_runner_status(kube, done, phase="Succeeded")
+        await bus.publish(desired(namespace, replicas=2, patch=2))
+        await wait_for(lambda: _marker_is(kube, namespace, 2), what="marker recorded before the reaping")
+        await wait_for(lambda: _count_is(kube, namespace, 1), timeout=30, what="reaped after the retries")
+        after = w.ctx.registry.get_sample_value(
+            "controller_runtime_reconcile_errors_total", {"controller": "ephemeralrunnerset"}
+        )
+        assert (after or 0) >= (errors or 0) + 2, "each refused delete must fail its reconcile"
+        await stays(kube, namespace, 1, 1.0)  # and no replacement for the completed job

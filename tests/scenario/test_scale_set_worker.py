@@ -30,7 +30,7 @@ from shared.bus import RevisionPublished, subjects
 from shared.kube import AUTOSCALING_LISTENERS, AUTOSCALING_RUNNER_SETS, EPHEMERAL_RUNNER_SETS, EVENTS, ObjectKey
 from shared.worker import running_worker
 from tests.fixtures.actions_sim import start_actions_sim
-from tests.scenario.conftest import create_secret, require_crds, wait_for
+from tests.scenario.conftest import Kube, create_secret, require_crds, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -336,7 +336,7 @@ async def test_outdated_guard_waits_for_applied_revision_then_parks(
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
         assert (ers.spec.replicas, ers.spec.patch_id) == (0, 0)  # drained, not deleted
         assert ers.metadata.uid == (await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)).metadata.uid
-        assert any(e.reason == "RunnerOutdated" for e in await events_for(kube, namespace, "minimal"))
+        await wait_for(lambda: _events_with(kube, namespace, "minimal", "RunnerOutdated"), what="RunnerOutdated event")
 
         # A runner spec change un-parks: new revision, applied lags, listener back.
         await patch_template_container(kube, key, image="ghcr.io/actions/actions-runner:2.331.0")
@@ -591,8 +591,10 @@ async def test_service_error_is_reported_and_retried(kube, namespace, worker_set
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
         ars = await settled(kube, key)
         assert int(ars.metadata.annotations[ANNOTATION_RUNNER_SCALE_SET_ID]) > 0
-        events = [e for e in await events_for(kube, namespace, "minimal") if e.reason == "ActionsServiceError"]
-        assert events and events[0].type == "Warning" and actions_sim.pat not in events[0].message
+        events = await wait_for(
+            lambda: _events_with(kube, namespace, "minimal", "ActionsServiceError"), what="ActionsServiceError event"
+        )
+        assert events[0].type == "Warning" and actions_sim.pat not in events[0].message
         assert len(await actions_sim.control.scale_sets()) == 1
 
 
@@ -614,3 +616,50 @@ async def test_child_rejected_by_the_api_server_is_an_event_not_a_crash_loop(
         assert event.type == "Warning" and "ephemeralrunnersets" in event.message
         await settled(kube, key)  # the next attempt (slow requeue) succeeds
         assert (await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)).spec.actionable_revision == 1
+
+
+async def _events_with(kube: Kube, namespace: str, name: str, reason: str) -> list[Any]:
+    return [e for e in await events_for(kube, namespace, name) if e.reason == reason]
+
+
+async def test_worker_dying_between_ers_spec_and_status_writes_moves_the_revision_by_one(
+    kube_api, kube, namespace, worker_settings, github_secret, actions_sim
+):
+    """Issue #14 item 4 (seeds 001/003: the status is written last, so a crash redoes the work
+    without repeating it): a worker writes the ERS spec (revision + 1) and never gets its ARS status
+    written (every status write fails), then stops. The next worker finds the ERS spec already
+    semantically equal to the template and does not bump again: the revision moved by exactly one."""
+    control = kube_api.require_emulator()
+    key = ObjectKey(namespace, "minimal")
+    async with scale_set_worker(worker_settings, namespace):
+        await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
+        ars = await settled(kube, key)
+    before = (await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)).spec.actionable_revision
+    # The phase is already Pending (as a previous pass leaves it), so the only status write the
+    # next pass makes is the last one, after the ERS spec.
+    await kube.writer.patch_status(
+        AUTOSCALING_RUNNER_SETS, key, {"status": {"phase": "Pending"}}, resource_version=ars.metadata.resource_version
+    )
+    await patch_template_container(kube, key, image="ghcr.io/actions/actions-runner:2.331.0")
+    await control.add_fault_async(
+        action="error",
+        code=500,
+        verb="patch",
+        resource="autoscalingrunnersets",
+        subresource="status",
+        namespace=namespace,
+        times=0,
+    )
+
+    async def revision_is(n: int) -> bool:
+        return (await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)).spec.actionable_revision == n
+
+    async with scale_set_worker(worker_settings, namespace, replica="ss1"):
+        await wait_for(lambda: revision_is(before + 1), what="ERS spec written with the next revision")
+        current = await get_ars(kube, key)
+        assert current.status.observed_generation == ars.metadata.generation  # its status write never landed
+    await control.clear_faults_async()
+    async with scale_set_worker(worker_settings, namespace, replica="ss2"):
+        acted = await settled(kube, key)
+        assert acted.metadata.generation == ars.metadata.generation + 1
+        await consistently(lambda: revision_is(before + 1), seconds=1.0)

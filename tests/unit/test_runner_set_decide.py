@@ -6,11 +6,15 @@ from __future__ import annotations
 import datetime as dt
 
 import msgspec
+import pytest
 
 from services.runner_set import decide
+from shared.api import finished as finished_mod
 from shared.api import EphemeralRunner, EphemeralRunnerSet, decode
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
+    ANNOTATION_FINISHED_AT,
+    ANNOTATION_JOB_COMPLETED,
     ANNOTATION_PATCH_ID,
     FINALIZER_EPHEMERAL_RUNNER,
     FINALIZER_RUNNER_REGISTRATION,
@@ -121,7 +125,7 @@ def test_buckets_and_totals():
         1,
     )
     assert b.scale_total == 5  # pending + running + failed; finished/outdated/deleting do not count
-    assert b.scale_up_total == 6  # deleting runners count toward scale-up (not double-replaced)
+    assert b.scale_up_total == 7  # deleting and finished runners count toward scale-up (not double-replaced)
     assert b.latest_patch_id == 9  # deleting runners included
 
 
@@ -285,8 +289,8 @@ def ds(epoch, t, *, patch=1, replicas=2) -> DesiredState:
     )
 
 
-def applied_ann(epoch, t):
-    rec = decide.AppliedDesired(epoch=epoch, time=T0 + dt.timedelta(seconds=t))
+def applied_ann(epoch, t, patch=0, replicas=0):
+    rec = decide.AppliedDesired(epoch=epoch, time=T0 + dt.timedelta(seconds=t), patch_id=patch, replicas=replicas)
     return {decide.ANNOTATION_APPLIED_DESIRED_STATE: msgspec.json.encode(rec).decode()}
 
 
@@ -315,7 +319,7 @@ def test_epoch_reset_heals_after_grace():
 
 def test_same_message_is_noop_and_garbled_record_is_no_record():
     msg = ds(5, 10, patch=3, replicas=4)
-    s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10))
+    s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10, patch=3, replicas=4))
     assert decide.desired_patch(s, msg) is None
     assert decide.desired_patch(ers(annotations={decide.ANNOTATION_APPLIED_DESIRED_STATE: "{garbage"}), msg) is not None
 
@@ -389,3 +393,119 @@ def test_proxy_secret_data_is_arcs_to_secret_data():
     s = ers(replicas=1)
     assert decide.new_runner(s, "set-abc-runner-proxy")["spec"]["proxySecretRef"] == "set-abc-runner-proxy"
     assert "proxySecretRef" not in decide.new_runner(s)["spec"]
+
+
+def test_a_later_identical_message_writes_nothing():
+    """The listener republishes its desired state every poll: only a change of epoch, patch ID or
+    replicas writes the ERS (not a fresh time)."""
+    s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10, patch=3, replicas=4))
+    assert decide.desired_patch(s, ds(5, 11, patch=3, replicas=4)) is None
+    assert decide.desired_patch(s, ds(5, 500, patch=3, replicas=4)) is None
+    assert decide.desired_patch(s, ds(6, 11, patch=3, replicas=4)) is not None  # new epoch is recorded
+    assert decide.desired_patch(s, ds(5, 11, patch=4, replicas=4)) is not None
+    assert decide.desired_patch(s, ds(5, 11, patch=3, replicas=5)) is not None
+    # a record that disagrees with the spec is rewritten so that it stays true
+    assert decide.desired_patch(
+        ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10)), ds(5, 11, patch=3, replicas=4)
+    )
+
+
+# --- finished runners the listener has / has not accounted for (issue #14) -----------------------
+
+
+def _finished(*, completed_at=None, epoch=4, finished_at=T0, patch=1, legacy_mark=False):
+    r = er("Succeeded", runner_id=9, job="j", patch=patch)
+    if finished_at is not None:
+        r.metadata.annotations[ANNOTATION_FINISHED_AT] = finished_at.isoformat()
+    if completed_at is not None:
+        r.metadata.annotations[ANNOTATION_JOB_COMPLETED] = (
+            f"job=j;result=succeeded;at={completed_at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+            if legacy_mark
+            else finished_mod.completion_value("j", "succeeded", completed_at, epoch)
+        )
+    return r
+
+
+def _applied(*, epoch=4, time, patch, replicas):
+    rec = decide.AppliedDesired(epoch=epoch, time=time, patch_id=patch, replicas=replicas)
+    return {decide.ANNOTATION_APPLIED_DESIRED_STATE: msgspec.json.encode(rec).decode()}
+
+
+def test_finished_state_accounted_only_by_a_desired_state_computed_after_the_completion():
+    done = T0 + dt.timedelta(milliseconds=700)
+    r = _finished(completed_at=done)
+    rec = decide.parse_applied_desired
+    state = decide.finished_state
+    now = T0 + dt.timedelta(seconds=1)
+    # same epoch, desired state older than the completion (another job's message): held
+    a = rec(_applied(time=T0 + dt.timedelta(milliseconds=500), patch=9, replicas=2))
+    assert state(r, a, 9, now)[0] is decide.Finished.HELD
+    # same epoch, at or after the completion: accounted
+    a = rec(_applied(time=done, patch=10, replicas=0))
+    assert state(r, a, 10, now)[0] is decide.Finished.ACCOUNTED
+    # a later epoch (new listener, fresh statistics) accounts for it; an earlier one does not
+    a = rec(_applied(epoch=5, time=T0, patch=1, replicas=0))
+    assert state(r, a, 1, now)[0] is decide.Finished.ACCOUNTED
+    a = rec(_applied(epoch=3, time=done + dt.timedelta(seconds=5), patch=1, replicas=0))
+    assert state(r, a, 1, now)[0] is decide.Finished.HELD
+    # no mark yet (the runner exited before the JobCompleted arrived): held, then expired after the hold
+    bare = _finished()
+    a = rec(_applied(time=done + dt.timedelta(seconds=5), patch=9, replicas=2))
+    st, left = state(bare, a, 9, now)
+    assert st is decide.Finished.HELD and left == pytest.approx(59.0)
+    assert state(bare, a, 9, T0 + decide.FINISHED_HOLD)[0] is decide.Finished.EXPIRED
+    # patch ID 0: the listener saw nothing since its last decision and sits at minRunners
+    assert state(bare, None, 0, now)[0] is decide.Finished.ACCOUNTED
+    # Succeeded without the runner worker's stamp (ARC, a user): reaped at once, as the seeds do
+    assert state(er("Succeeded"), a, 9, now)[0] is decide.Finished.EXPIRED
+    # an older mark (whole seconds, no epoch) needs a desired state a full second later
+    old = _finished(completed_at=done, legacy_mark=True)
+    a = rec(_applied(time=T0 + dt.timedelta(milliseconds=900), patch=9, replicas=2))
+    assert state(old, a, 9, now)[0] is decide.Finished.HELD
+    a = rec(_applied(time=T0 + dt.timedelta(seconds=1), patch=9, replicas=2))
+    assert state(old, a, 9, now)[0] is decide.Finished.ACCOUNTED
+
+
+def test_held_finished_runners_count_toward_scale_up_accounted_ones_reaped_without_marker():
+    done = T0 + dt.timedelta(milliseconds=100)
+    one = _finished(completed_at=done, patch=8)
+    two, three = _finished(patch=8), _finished(patch=8)  # no JobCompleted yet
+    s = ers(replicas=2, patch_id=9, annotations=_applied(time=done + dt.timedelta(milliseconds=1), patch=9, replicas=2))
+    now = T0 + dt.timedelta(seconds=1)
+    p = decide.plan(s, decide.bucket_runners([one, two, three]), now)
+    # the accounted one is reaped; no gap opens, so no marker (scale-up is not suppressed)
+    assert p.reason == "finished-cleanup" and p.delete == [one]
+    assert not p.status or "finishedRunnerCleanupPatchID" not in p.status
+    # next pass: two held runners still stand for jobs spec.replicas counts: nothing is created
+    p = decide.plan(s, decide.bucket_runners([two, three]), now)
+    assert p.create == 0 and p.reason == "steady"
+    assert p.requeue_after == pytest.approx(59.0)  # woken when the hold runs out
+    # a new job arrives meanwhile: only the missing runner is created
+    s3 = ers(replicas=3, patch_id=11, annotations=_applied(time=done, patch=11, replicas=3))
+    p = decide.plan(s3, decide.bucket_runners([two, three]), now)
+    assert p.create == 1
+    # the hold runs out (listener down): reaped with the seeds' marker, scale-up suppressed at that patch
+    p = decide.plan(s, decide.bucket_runners([two, three]), T0 + decide.FINISHED_HOLD)
+    assert p.reason == "finished-cleanup" and p.delete == [two, three]
+    assert p.status["finishedRunnerCleanupPatchID"] == 9
+
+
+def test_revision_rollout_leaves_finished_runners_to_the_finished_step():
+    fin = _finished(patch=1)
+    fin.metadata.annotations[ANNOTATION_ACTIONABLE_REVISION] = "1"
+    p = decide.plan(ers(replicas=1, patch_id=2, revision=2, applied=1), decide.bucket_runners([fin]), T0)
+    assert p.reason == "revision-applied"
+
+
+def test_parked_outdated_set_drains_idle_runners_busy_ones_finish():
+    outdated = er("Outdated", revision=2)
+    idle = er("Running", runner_id=1, revision=2)
+    busy = er("Running", runner_id=2, job="j", revision=2)
+    unregistered = er("Pending", revision=2)
+    # parked by the scale-set worker: replicas 0, patch ID 0 (authoritative)
+    p = plan_for(ers(replicas=0, patch_id=0, revision=2, applied=2), [outdated, idle, busy, unregistered])
+    assert p.reason == "outdated-hold" and p.create == 0
+    assert p.remove == [idle] and p.remove_count == 3
+    # not parked yet (a listener still publishes): held, nothing removed
+    p = plan_for(ers(replicas=3, patch_id=5, revision=2, applied=2), [outdated, idle, busy, unregistered])
+    assert p.reason == "outdated-hold" and not p.remove and p.create == 0

@@ -260,3 +260,17 @@ def test_removal_is_abandoned_only_when_the_pod_is_gone_and_time_passed():
 def test_runner_id_patch_only_when_changed():
     assert decide.runner_id_patch(er(), 5, "r") == {"status": {"runnerId": 5, "runnerName": "r"}}
     assert decide.runner_id_patch(er({"runnerId": 5, "runnerName": "r"}), 5, "r") is None
+
+
+def test_finished_runners_are_marked_not_deleted_and_released_only_when_abandoned():
+    """Issue #14: every way a runner ends after its job is a finished runner (status Succeeded);
+    the runner-set worker deletes it once the listener accounted for the job. The runner worker
+    deletes it itself only after finished_release_after (the runner-set worker is down)."""
+    assert {"RunnerSucceeded", "PodFailedWithJob", "PodLostWithJob", "RunnerHungAfterJob"} == decide.FINISHED_REASONS
+    assert decide.finished_patch("PodFailedWithJob", "m")["status"]["phase"] == "Succeeded"
+    s = RunnerSettings(finished_release_after=300.0)
+    t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    assert decide.finished_release_wait(t0, t0 + timedelta(seconds=100), s) == 200.0
+    assert decide.finished_release_wait(t0, t0 + timedelta(seconds=301), s) == 0.0
+    assert decide.finished_release_wait(None, t0, s) == float("inf")  # not ours: the runner-set decides
+    assert decide.finished_release_wait(t0, t0, RunnerSettings(finished_release_after=0)) == float("inf")

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from services.runner import jobs
-from shared.api import EphemeralRunner, decode
+from shared.api import EphemeralRunner, decode, finished
 from shared.bus import ResourceRef
 from shared.bus.messages import JobCompleted, JobStarted
 
@@ -134,6 +134,19 @@ def test_completion_mark_round_trip():
     runner = apply(runner, jobs.completion_patch(runner, ev(JobCompleted)))
     assert jobs.completed_at(runner) == T.replace(microsecond=0)
     assert jobs.parse_completion("garbage") == ("", None)
+
+
+def test_completion_mark_keeps_the_listener_time_and_epoch():
+    """The runner-set worker compares them with the applied desired state (issue #14)."""
+    t = T.replace(microsecond=123456)
+    runner = apply(er(), jobs.job_status_patch(er(), ev(JobCompleted)))
+    runner = apply(runner, jobs.completion_patch(runner, ev(JobCompleted, time=t, listener_epoch=7)))
+    c = finished.job_completion(runner.metadata)
+    assert c is not None and (c.job, c.at, c.epoch, c.result) == ("j1", t, 7, "succeeded")
+    assert jobs.completed_at(runner) == t
+    # a mark written before the epoch existed still parses (whole seconds, no epoch)
+    old = finished.parse_completion("job=j1;result=failed;at=2026-11-29T12:00:05Z")
+    assert (old.at, old.epoch) == (T, None)
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -159,7 +160,14 @@ def prepare_workdir(opts: DemoOptions) -> Path:
     return workdir
 
 
-async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO) -> int:
+#: What runs once the stack is up: (options, kube, http session, simulator URL, say, latest desired
+#: state line) -> exit code. The demo's waves by default; the end-to-end benchmark passes its own.
+Workload = Callable[
+    [DemoOptions, DemoKube, aiohttp.ClientSession, str, Callable[[str], None], dict[str, str]], Awaitable[int]
+]
+
+
+async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, workload: Workload | None = None) -> int:
     """The demo; ``log`` receives the children's output, ``out`` the demo's own lines."""
     say = lambda msg: print(msg, file=out, flush=True)  # noqa: E731
     external = bool(opts.kubeconfig)
@@ -332,8 +340,8 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO) -
                     )
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(tracker.run)
-                        result = await _workload(opts, kube, http, sim_url, say, latest)
-                        if result == 0:
+                        result = await (workload or _workload)(opts, kube, http, sim_url, say, latest)
+                        if result == 0 and workload is None:  # the demo's own workload ends with the summary
                             for line in await _summary(kube, http, sim_url, tracker):
                                 say(line)
                         tg.cancel_scope.cancel()
