@@ -249,8 +249,14 @@ def test_listener_pod_holds_what_its_listener_role_grants() -> None:
                     assert (group, resource, verb) in granted
 
 
+# Commands that live beside a worker but run with the user's kubeconfig, never with the worker's
+# ServiceAccount: `runnerscale adopt --dry-run` (services/scale_set/adopt_cli.py) only reads.
+USER_COMMANDS = frozenset({"adopt_cli.py"})
+
+
 def _source(worker: str) -> str:
-    return "\n".join(p.read_text() for p in sorted((ROOT / "services" / PACKAGES[worker]).glob("*.py")))
+    files = sorted((ROOT / "services" / PACKAGES[worker]).glob("*.py"))
+    return "\n".join(p.read_text() for p in files if p.name not in USER_COMMANDS)
 
 
 def _resource_constants() -> dict[str, tuple[str, str]]:
