@@ -170,6 +170,8 @@ class ScaleSetReconciler:
         self.credentials_requeue = settings.credentials_requeue
         self.clock = clock
         self._verified: dict[ObjectKey, float] = {}
+        # ARS uids found without ARC leftovers: no LIST of their sets again (ARC is stopped for good).
+        self._arc_free: set[str] = set()
 
     @classmethod
     def from_context(cls, ctx: WorkerContext, settings: decide.ScaleSetSettings) -> ScaleSetReconciler:
@@ -195,6 +197,7 @@ class ScaleSetReconciler:
             self._verified.pop(key, None)
             return DONE
         if ars.metadata.is_deleting:
+            self._arc_free.discard(ars.metadata.uid)
             return await self._finalize(ars)
         ars = await self.writer.add_finalizer(AUTOSCALING_RUNNER_SETS, ars, FINALIZER_AUTOSCALING_RUNNER_SET)
 
@@ -489,8 +492,12 @@ class ScaleSetReconciler:
     async def _adopt(self, ars: AutoscalingRunnerSet, ers: EphemeralRunnerSet) -> bool:
         """Take over ARC's leftovers of this ARS, one locked write per object; True while work remains
         (requeue soon: runner changes do not wake this worker)."""
+        arc_set = adopt.is_arc_runner_set(ers)
+        if ars.metadata.uid in self._arc_free and not arc_set:
+            return False
         legacy = adopt.legacy_runner_sets(ars, await self._sets_of(ars))
-        if not legacy and not adopt.is_arc_runner_set(ers):
+        if not legacy and not arc_set:
+            self._arc_free.add(ars.metadata.uid)
             return False
         desired = desired_ephemeral_runner_set(ars, self.options, actionable_revision=1)
         feeding = adopt.feeding_listeners(await self._listeners_of(ars), legacy) if legacy else []
