@@ -18,8 +18,8 @@ What adoption does (the reconciler applies it in this order, one locked write at
    worker neither creates nor removes a runner before the listener publishes the real level.
 2. Legacy sets are frozen (``replicas: 0``, non-zero ``patchID``), so a runner moved away is not
    replaced there, and ARC's listeners that patch them must be gone (the scale-set worker deletes
-   them, the listener-pod worker stops their pods). Then every live runner (not deleting, not terminated) whose spec means the desired runner spec is
-   kept: controller owner reference moved to the ERS named like the ARS, stamped with its
+   them, the listener-pod worker stops their pods). Then every live runner (not deleting, not
+   terminated) whose spec means the desired runner spec is kept: controller owner reference moved to the ERS named like the ARS, stamped with its
    actionable revision, ARC's fingerprints dropped, ``proxySecretRef`` renamed. Busy or idle, it
    is the same runner: same pod, same registration, no churn.
 3. Runners whose spec differs are left as they are: unstamped (revision 0) on the ERS named like
@@ -320,22 +320,6 @@ def ars_cleanup_patch(ars: AutoscalingRunnerSet) -> dict[str, Any] | None:
     return {"metadata": {"annotations": removals}} if removals else None
 
 
-__all__ = [
-    "ADOPTION_PATCH_ID",
-    "ARC_CHILD_ANNOTATIONS",
-    "AdoptionPlan",
-    "RunnerStep",
-    "arc_annotation_removals",
-    "ars_cleanup_patch",
-    "is_arc_runner_set",
-    "keep_runner_patch",
-    "legacy_runner_sets",
-    "plan_adoption",
-    "runner_matches",
-    "seed_spec_for_new_set",
-]
-
-
 # --- the dry run: every pass at once, object by object ---------------------------------------------
 
 
@@ -520,3 +504,24 @@ def preview_listener(
             )
         )
     return out
+
+
+__all__ = [
+    "ADOPTION_PATCH_ID",
+    "ARC_CHILD_ANNOTATIONS",
+    "AdoptionPlan",
+    "Change",
+    "RunnerStep",
+    "arc_annotation_removals",
+    "ars_cleanup_patch",
+    "feeding_listeners",
+    "freeze_patch",
+    "is_arc_runner_set",
+    "keep_runner_patch",
+    "legacy_runner_sets",
+    "plan_adoption",
+    "preview_listener",
+    "preview_runner_sets",
+    "runner_matches",
+    "seed_spec_for_new_set",
+]
