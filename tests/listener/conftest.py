@@ -10,6 +10,7 @@ and listeners running in-process as anyio tasks.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus import Bus
 from shared.bus import messages as busmsg
 from shared.listener_config import ListenerConfig, bus_settings, parse_config
+from tests.scenario.conftest import github_secret, kube, worker_settings  # noqa: F401 - scenario fixtures, shared here
 
 SCALE_SET_NAME = "arc-runners"
 NAMESPACE = "arc-systems"
@@ -124,10 +126,8 @@ async def bus_tap(nats_server, make_config) -> AsyncIterator[BusTap]:
         yield tap
     finally:
         for sub in subs:
-            try:
+            with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-            except Exception:
-                pass
         with anyio.move_on_after(2):
             await nc.close()
 

@@ -12,6 +12,7 @@ import anyio
 
 from services.embedded.node_sim.kube import KubeRest
 from services.embedded.node_sim.node import NodeSim, NodeSimConfig
+from tests.support.eventually import eventually
 
 Obj = dict[str, Any]
 
@@ -94,9 +95,10 @@ async def wait_pod(
 
 
 async def wait_gone(kube: KubeRest, namespace: str, name: str, timeout: float = 15.0) -> None:
-    with anyio.fail_after(timeout):
-        while await kube.get("pods", namespace, name) is not None:
-            await anyio.sleep(0.05)
+    async def gone() -> bool:
+        return await kube.get("pods", namespace, name) is None
+
+    await eventually(gone, timeout=timeout, what=f"pod {namespace}/{name} gone")
 
 
 async def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:

@@ -9,6 +9,7 @@ Fixtures (function scope unless noted):
   leases (``lease_ttl=3``) and few shards.
 - ``github_secret`` → the name of a Secret in ``namespace`` holding the simulator's PAT
   (``github_token``), ARC's format.
+- ``runner_env`` → a running runner worker and a registered scale set (``RunnerEnv``).
 
 Helpers: :func:`wait_for` (poll a condition with a deadline, never sleep to synchronise).
 
@@ -100,6 +101,17 @@ async def create_secret(kube: Kube, namespace: str, name: str, data: dict[str, s
 async def github_secret(kube: Kube, namespace: str, actions_sim: Any) -> str:
     await create_secret(kube, namespace, "github-config", {"github_token": actions_sim.pat})
     return "github-config"
+
+
+@pytest.fixture
+async def runner_env(
+    kube: Kube, namespace: str, actions_sim: Any, github_secret: str, worker_settings: Any
+) -> AsyncIterator[Any]:
+    """A runner worker and a registered scale set: a ``RunnerEnv`` (tests/scenario/test_runner_helpers.py)."""
+    from tests.scenario.test_runner_helpers import start_runner_env  # it imports this module
+
+    async with start_runner_env(kube, namespace, actions_sim, github_secret, worker_settings) as env:
+        yield env
 
 
 async def wait_for(

@@ -962,9 +962,10 @@ def _fault_response(rule: views.FaultRule) -> web.Response:
 def _safe_headers(request: web.Request) -> dict[str, str]:
     """Request headers for the request log, with credentials reduced to their scheme."""
     out = {}
-    for key, value in request.headers.items():
+    for key, raw in request.headers.items():
+        value = raw
         if key.lower() in ("authorization", "proxy-authorization"):
-            value = value.partition(" ")[0]
+            value = raw.partition(" ")[0]
         elif key.lower() == "cookie":
             value = "[redacted]"
         out[key] = value

@@ -732,9 +732,12 @@ class World:
                 self.touch()
         by_scale_set: dict[int, list[JobRecord]] = {i: [] for i in self.scale_sets}
         for job in list(self.open_jobs.values()):
-            if job.state == "assigned" and job.scale_set_assign_time is not None:
-                if now >= job.scale_set_assign_time + s.assign_timeout * (job.attempts + 1):
-                    self._cancel_assignment(job, now=now)
+            if (
+                job.state == "assigned"
+                and job.scale_set_assign_time is not None
+                and now >= job.scale_set_assign_time + s.assign_timeout * (job.attempts + 1)
+            ):
+                self._cancel_assignment(job, now=now)
             if job.state == "queued" and job.scale_set_id is None:
                 self._route(job)
             if job.scale_set_id in by_scale_set:
@@ -800,7 +803,7 @@ class World:
         if not idle:
             return
         waiting = [j for j in mine if j.state == "assigned" and j.runner_id is None]
-        for job, runner in zip(waiting, idle):
+        for job, runner in zip(waiting, idle, strict=False):
             job.runner_id, job.runner_name, job.runner_assign_time = runner.id, runner.name, now
             runner.job_id, runner.status = job.job_id, "busy"
             self.touch()

@@ -88,12 +88,14 @@ class EmulatorControl:
 
     async def _acall(self, method: str, path: str, body: Any = None) -> Any:
         timeout = aiohttp.ClientTimeout(total=self.timeout)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.request(method, self.base_url + path, json=body) as resp:
-                text = await resp.text()
-                if resp.status >= 400:
-                    raise ControlError(f"{method} {path}: HTTP {resp.status}: {text[:300]}")
-                return json.loads(text or "null")
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.request(method, self.base_url + path, json=body) as resp,
+        ):
+            text = await resp.text()
+            if resp.status >= 400:
+                raise ControlError(f"{method} {path}: HTTP {resp.status}: {text[:300]}")
+            return json.loads(text or "null")
 
     async def add_fault_async(self, rule: FaultRule | None = None, **fields: Any) -> int:
         rule = rule or FaultRule(**fields)

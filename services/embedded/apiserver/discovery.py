@@ -291,7 +291,7 @@ def _columns(rt: ResourceType) -> list[dict[str, Any]]:
         # As the real printer: no AGE, and NAME only with -o wide (priority 1).
         names = ["Last Seen", "Type", "Reason", "Object", "Message"]
         cols = [{"name": n, "type": "string", "format": "", "description": n, "priority": 0} for n in names]
-        return cols + [{**name_col, "priority": 1}]
+        return [*cols, {**name_col, "priority": 1}]
     cols = [name_col] + [{"name": n, "type": t, "format": "", "description": n, "priority": 0} for n, t in extra]
     cols.append({"name": "Age", "type": "string", "format": "", "description": "creation time", "priority": 0})
     return cols
@@ -334,7 +334,7 @@ def _builtin_cells(rt: ResourceType, obj: dict[str, Any]) -> list[Any]:
         return cells
     else:
         cells = []
-    return cells + [_age(meta.get("creationTimestamp"))]
+    return [*cells, _age(meta.get("creationTimestamp"))]
 
 
 def table_row(rt: ResourceType, obj: dict[str, Any], include_object: str) -> dict[str, Any]:
@@ -349,7 +349,7 @@ def table_row(rt: ResourceType, obj: dict[str, Any], include_object: str) -> dic
     elif rt.kind == "Event":
         cells = _builtin_cells(rt, obj)
     else:
-        cells = [name] + _builtin_cells(rt, obj)
+        cells = [name, *_builtin_cells(rt, obj)]
     row: dict[str, Any] = {"cells": cells}
     if include_object == "Object":
         row["object"] = obj

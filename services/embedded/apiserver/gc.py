@@ -168,12 +168,14 @@ class Controllers:
                 for dkey, dep in deps:
                     if not dep["metadata"].get("deletionTimestamp"):
                         self._delete(dkey, dep)
-                    if any(
-                        r.get("uid") == om["uid"] and r.get("blockOwnerDeletion")
-                        for r in dep["metadata"].get("ownerReferences") or []
+                    if (
+                        any(
+                            r.get("uid") == om["uid"] and r.get("blockOwnerDeletion")
+                            for r in dep["metadata"].get("ownerReferences") or []
+                        )
+                        and store.get(dkey, dep["metadata"].get("namespace", ""), dep["metadata"]["name"]) is not None
                     ):
-                        if store.get(dkey, dep["metadata"].get("namespace", ""), dep["metadata"]["name"]) is not None:
-                            blocking = True
+                        blocking = True
                 if not blocking:
                     current = store.get(key, om.get("namespace", ""), om["name"])
                     if current is not None:

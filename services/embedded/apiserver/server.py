@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -156,10 +157,8 @@ class Emulator:
         self.cut_watches(reason="shutdown")
         if self._gc_task:
             self._gc_task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._gc_task
-            except asyncio.CancelledError:
-                pass
         if self._runner:
             await self._runner.cleanup()
             self._runner = None
@@ -298,7 +297,7 @@ class Emulator:
         info = request.get(INFO_KEY)
         if info is not None and info.is_resource:
             return await handle_resource(request, info, self, request.get(DROP_AFTER_KEY))  # type: ignore[arg-type]
-        if path in ("/api", "/apis") or path.startswith("/api/") or path.startswith("/apis/"):
+        if path in ("/api", "/apis") or path.startswith(("/api/", "/apis/")):
             if request.method != "GET":
                 raise errors.resource_not_found()
             return handle_discovery(path, self, f"{self.host}:{self.port}")

@@ -58,9 +58,12 @@ def is_terminal(pod: Obj) -> bool:
 def runner_container(pod: Obj) -> Obj | None:
     """The container named ``runner`` if it carries a JIT config env var (ARC's runner pod)."""
     for c in spec(pod).get("containers") or []:
-        if isinstance(c, dict) and c.get("name") == RUNNER_CONTAINER:
-            if any(isinstance(e, dict) and e.get("name") == JIT_ENV for e in c.get("env") or []):
-                return c
+        if (
+            isinstance(c, dict)
+            and c.get("name") == RUNNER_CONTAINER
+            and any(isinstance(e, dict) and e.get("name") == JIT_ENV for e in c.get("env") or [])
+        ):
+            return c
     return None
 
 
