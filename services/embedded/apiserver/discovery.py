@@ -128,7 +128,8 @@ def openapi_index(registry: Registry) -> dict[str, Any]:
     return {"paths": paths}
 
 
-_QUERY = lambda name: {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}  # noqa: E731
+def _query(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
 
 
 def openapi_group_version(registry: Registry, group: str, version: str) -> dict[str, Any]:
@@ -137,7 +138,7 @@ def openapi_group_version(registry: Registry, group: str, version: str) -> dict[
         gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
         prefix = "/" + _gv_path(group, version)
         base = f"{prefix}/namespaces/{{namespace}}/{rt.plural}" if rt.namespaced else f"{prefix}/{rt.plural}"
-        write_params = [_QUERY("dryRun"), _QUERY("fieldManager"), _QUERY("fieldValidation")]
+        write_params = [_query("dryRun"), _query("fieldManager"), _query("fieldValidation")]
         for path, ops in (
             (base, {"get": "list", "post": "post", "delete": "deletecollection"}),
             (base + "/{name}", {"get": "get", "put": "put", "patch": "patch", "delete": "delete"}),
@@ -156,7 +157,7 @@ def openapi_group_version(registry: Registry, group: str, version: str) -> dict[
                     "x-kubernetes-group-version-kind": gvk,
                 }
                 if method in ("post", "put", "patch"):
-                    op["parameters"] = list(write_params) + ([_QUERY("force")] if method == "patch" else [])
+                    op["parameters"] = list(write_params) + ([_query("force")] if method == "patch" else [])
                 item[method] = op
             paths[path] = item
     return {
