@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench install clean controlplane
+.PHONY: test test-pure demo bench install clean controlplane
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "needs $(PYTHON) on PATH"; exit 1; }
@@ -27,6 +27,12 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## The sub-minute loop while editing: ruff, then the pure tests only (marker `pure`: tests/unit
+## without servers; no API server, nats-server or simulator starts, no control-plane build).
+test-pure: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m pure -q $(PYTEST_ARGS)
 
 ## Run the embedded default: everything local, a demo workload scaling runners up and down.
 demo: $(STAMP)
