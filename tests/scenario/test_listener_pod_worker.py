@@ -8,6 +8,7 @@ unless a test writes their status, as ARC's envtest suite does.
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -162,7 +163,7 @@ async def test_creates_service_account_role_binding_config_and_pod(
     kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
 ) -> None:
     key = await setup_objects(kube, namespace)
-    async with listener_pod_worker(worker_settings()) as (handle, registry):
+    async with listener_pod_worker(worker_settings()) as (_handle, registry):
         pod = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
         al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
         assert FINALIZER_AUTOSCALING_LISTENER in al.metadata.finalizers
@@ -622,10 +623,8 @@ async def test_conflicts_on_writes_converge(
             assert not active & set(ids), "every injected 409 was hit"
     finally:
         for rule_id in ids:
-            try:
+            with contextlib.suppress(Exception):  # already spent
                 control.remove_fault(rule_id)
-            except Exception:
-                pass  # already spent
 
 
 async def test_worker_restart_keeps_a_current_pod_and_recreates_a_legacy_one_once(

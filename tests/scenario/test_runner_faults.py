@@ -8,7 +8,7 @@ import pytest
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.kube import EPHEMERAL_RUNNERS
 from tests.scenario.conftest import wait_for
-from tests.scenario.test_runner_helpers import FAST, register_scale_set, runner_env, start_runner_env  # noqa: F401 - fixture
+from tests.scenario.test_runner_helpers import FAST, register_scale_set, start_runner_env
 
 pytestmark = pytest.mark.anyio
 

@@ -168,9 +168,11 @@ async def test_deletion_removes_idle_from_service_waits_for_busy_then_releases_f
             DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=3, listener_epoch=1)
         )
         await wait_for(lambda: _registered(kube, namespace, 3), what="3 registered runners")
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{w.ports['metrics']}/metrics") as r:
-                text = await r.text()
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{w.ports['metrics']}/metrics") as r,
+        ):
+            text = await r.text()
         assert (
             f'gha_controller_running_ephemeral_runners{{enterprise="",name="set",namespace="{namespace}",organization="{actions_sim.org}",repository=""}} 3.0'
             in text

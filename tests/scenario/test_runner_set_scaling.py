@@ -133,7 +133,7 @@ async def test_finished_runners_reaped_once_no_replacement_and_descending_patch_
         await bus.publish(desired(namespace, replicas=2, patch=0, epoch=2))
         await wait_for(lambda: _count_is(kube, namespace, 2), what="refilled by patch 0")
         await wait_for(lambda: len(fake.registered) == 3, what="registered")
-        newest = [r for r in await runners(kube, namespace) if r.metadata.name != second.metadata.name][0]
+        newest = next(r for r in await runners(kube, namespace) if r.metadata.name != second.metadata.name)
         # the new listener's sequence reaches 7 = the highest patch-id on a live runner: status only,
         # so the job finishing now is not reaped under this patch
         await bus.publish(desired(namespace, replicas=2, patch=7, epoch=2))

@@ -533,35 +533,35 @@ async def test_two_replicas_register_each_scale_set_once_and_survive_a_crash(
     kube, namespace, worker_settings, github_secret, actions_sim
 ):
     names = ["set-a", "set-b", "set-c", "set-d"]
-    async with scale_set_worker(worker_settings, namespace, replica="a", shards=4) as a:
-        async with scale_set_worker(worker_settings, namespace, replica="b", shards=4) as b:
-            for n in names:
-                await kube.writer.create(
-                    AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret, name=n)
-                )
-            for n in names:
-                await settled(kube, ObjectKey(namespace, n))
-            sets = await actions_sim.control.scale_sets()
-            assert sorted(s.name for s in sets) == names  # one registration per ARS, no duplicates
+    async with (
+        scale_set_worker(worker_settings, namespace, replica="a", shards=4) as a,
+        scale_set_worker(worker_settings, namespace, replica="b", shards=4) as b,
+    ):
+        for n in names:
+            await kube.writer.create(
+                AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret, name=n)
+            )
+        for n in names:
+            await settled(kube, ObjectKey(namespace, n))
+        sets = await actions_sim.control.scale_sets()
+        assert sorted(s.name for s in sets) == names  # one registration per ARS, no duplicates
 
-            a.kill()  # a crash: a's shards move to b once their leases expire
-            for n in names:
-                await patch_template_container(
-                    kube, ObjectKey(namespace, n), image="ghcr.io/actions/actions-runner:9.9.9"
-                )
-            for n in names:
-                await settled(kube, ObjectKey(namespace, n))
+        a.kill()  # a crash: a's shards move to b once their leases expire
+        for n in names:
+            await patch_template_container(kube, ObjectKey(namespace, n), image="ghcr.io/actions/actions-runner:9.9.9")
+        for n in names:
+            await settled(kube, ObjectKey(namespace, n))
 
-            async def all_at_revision_two() -> bool:
-                for n in names:
-                    ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, n))
-                    if ers.spec.actionable_revision != 2:
-                        return False
-                return True
+        async def all_at_revision_two() -> bool:
+            for n in names:
+                ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, n))
+                if ers.spec.actionable_revision != 2:
+                    return False
+            return True
 
-            await wait_for(all_at_revision_two, timeout=30, what="every ERS at revision 2 after the takeover")
-            assert len(b.ctx.shards.owned_shards()) == 4
-            assert sorted(s.name for s in await actions_sim.control.scale_sets()) == names
+        await wait_for(all_at_revision_two, timeout=30, what="every ERS at revision 2 after the takeover")
+        assert len(b.ctx.shards.owned_shards()) == 4
+        assert sorted(s.name for s in await actions_sim.control.scale_sets()) == names
 
 
 # --- dependencies that fail ----------------------------------------------------------------------------

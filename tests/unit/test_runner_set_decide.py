@@ -4,13 +4,14 @@ and the typed state of the seeds (000-003)."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import msgspec
 import pytest
 
 from services.runner_set import decide
-from shared.api import finished as finished_mod
 from shared.api import EphemeralRunner, EphemeralRunnerSet, decode
+from shared.api import finished as finished_mod
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
     ANNOTATION_FINISHED_AT,
@@ -56,21 +57,20 @@ def ers(
     )
 
 
-_n = 0
+_names = itertools.count(1)  # unique names and uids across a module's runners
 
 
 def er(phase="", *, runner_id=0, job="", patch=None, revision=None, age=0, deleting=False) -> EphemeralRunner:
-    global _n
-    _n += 1
+    n = next(_names)
     ann = {}
     if patch is not None:
         ann[ANNOTATION_PATCH_ID] = str(patch)
     if revision is not None:
         ann[ANNOTATION_ACTIONABLE_REVISION] = str(revision)
     meta = {
-        "name": f"set-runner-{_n}",
+        "name": f"set-runner-{n}",
         "namespace": "ns",
-        "uid": f"u{_n}",
+        "uid": f"u{n}",
         "annotations": ann,
         "creationTimestamp": (T0 + dt.timedelta(seconds=age)).isoformat().replace("+00:00", "Z"),
         "ownerReferences": [

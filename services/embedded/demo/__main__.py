@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import aiohttp
 import anyio
@@ -104,13 +104,16 @@ def parse_args(argv: list[str]) -> DemoOptions:
     )
 
 
+Say = Callable[[str], None]  # prints one line of the demo's own output
+
+
 def _bin(name: str) -> str:
     """A console script or the nats-server binary beside this interpreter (the venv's bin/)."""
     beside = Path(sys.executable).parent / name
     return str(beside) if beside.exists() else name
 
 
-def _ars_manifest(config_url: str, opts: DemoOptions) -> dict:
+def _ars_manifest(config_url: str, opts: DemoOptions) -> dict[str, Any]:
     return {
         "apiVersion": "actions.github.com/v1alpha1",
         "kind": "AutoscalingRunnerSet",
@@ -137,14 +140,14 @@ def _ars_manifest(config_url: str, opts: DemoOptions) -> dict:
     }
 
 
-async def _sim(session: aiohttp.ClientSession, method: str, url: str, body: dict | None = None):
+async def _sim(session: aiohttp.ClientSession, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
     with anyio.fail_after(15):
         async with session.request(method, url, json=body) as r:
             r.raise_for_status()
             return await r.json(content_type=None)
 
 
-def _phase_counts(runners: list[dict]) -> dict[str, int]:
+def _phase_counts(runners: list[dict[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in runners:
         phase = (r.get("status") or {}).get("phase") or "New"
@@ -169,7 +172,10 @@ Workload = Callable[
 
 async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, workload: Workload | None = None) -> int:
     """The demo; ``log`` receives the children's output, ``out`` the demo's own lines."""
-    say = lambda msg: print(msg, file=out, flush=True)  # noqa: E731
+
+    def say(msg: str) -> None:
+        print(msg, file=out, flush=True)
+
     external = bool(opts.kubeconfig)
     kubeconfig = Path(opts.kubeconfig) if external else workdir / "kubeconfig"
     creds = workdir / "actions-sim.json"
@@ -326,13 +332,14 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
                 nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=-1)
                 try:
 
-                    async def on_desired(msg) -> None:
+                    async def on_desired(msg: Any) -> None:
                         try:
                             state = bus_messages.decode(msg.subject, msg.data)
                         except Exception as exc:
                             latest["desired"] = f"undecodable desired state: {exc}"
                             return
-                        latest["desired"] = f"desired={state.replicas} patchId={state.patch_id}"
+                        if isinstance(state, bus_messages.DesiredState):
+                            latest["desired"] = f"desired={state.replicas} patchId={state.patch_id}"
 
                     await nc.subscribe(f"{subjects.PREFIX}.desired.>", cb=on_desired)
                     tracker = RunnerTracker(
@@ -368,7 +375,7 @@ class RunnerTracker:
         self.removed_at: dict[str, float] = {}
         self.seen: set[str] = set()
 
-    def observe(self, items: list[dict], now: float) -> None:
+    def observe(self, items: list[dict[str, Any]], now: float) -> None:
         present = set()
         for r in items:
             name = (r.get("metadata") or {}).get("name", "")
@@ -407,12 +414,12 @@ async def _summary(kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, tr
     return summarize(jobs, tracker.running_at, tracker.removed_at, requests, len(tracker.seen)).lines()
 
 
-async def _read_credentials(path: anyio.Path, timeout: float = 20.0) -> dict:
+async def _read_credentials(path: anyio.Path, timeout: float = 20.0) -> dict[str, Any]:
     """The simulator writes its credentials file right after it listens."""
     with anyio.fail_after(timeout):
         while True:
             if await path.exists() and (await path.stat()).st_size:
-                return msgspec.json.decode(await path.read_bytes())
+                return msgspec.json.decode(await path.read_bytes(), type=dict[str, Any])
             await anyio.sleep(0.1)  # bounded poll for a file another process writes
 
 
@@ -423,7 +430,7 @@ class Created(msgspec.Struct):
     namespaces: list[str] = msgspec.field(default_factory=list)
 
 
-async def _delete_scale_set(kube: DemoKube, opts: DemoOptions, say) -> None:
+async def _delete_scale_set(kube: DemoKube, opts: DemoOptions, say: Say) -> None:
     """Delete the AutoscalingRunnerSet while the workers still run: they remove the listener,
     runner sets, runners and pods, and their finalizers, as they would in production."""
     say(f"deleting AutoscalingRunnerSet {opts.namespace}/{SCALE_SET} ...")
@@ -441,7 +448,7 @@ async def _delete_scale_set(kube: DemoKube, opts: DemoOptions, say) -> None:
         say(f"the workers left {await kube.arc_objects(namespaces)} object(s) after 90 s; removing them directly")
 
 
-async def _remove_created(kube: DemoKube, created: Created, say) -> bool:
+async def _remove_created(kube: DemoKube, created: Created, say: Say) -> bool:
     """With the workers stopped: release what is left, delete the namespaces and CRDs the demo
     created, and wait until they are gone."""
     for ns in created.namespaces:
@@ -455,13 +462,13 @@ async def _remove_created(kube: DemoKube, created: Created, say) -> bool:
 
 
 async def _workload(
-    opts: DemoOptions, kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, say, latest: dict[str, str]
+    opts: DemoOptions, kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, say: Say, latest: dict[str, str]
 ) -> int:
     deadline = time.monotonic() + opts.timeout
     ers_path = f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/ephemeralrunners"
     ars_path = f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/autoscalingrunnersets/{SCALE_SET}"
 
-    async def snapshot() -> tuple[dict, dict[str, int], int]:
+    async def snapshot() -> tuple[dict[str, int], dict[str, int], int]:
         jobs = await _sim(http, "GET", f"{sim_url}/_sim/jobs")
         by_state: dict[str, int] = {}
         for j in jobs if isinstance(jobs, list) else jobs.get("jobs", []):
@@ -471,7 +478,7 @@ async def _workload(
         current = int((ars.get("status") or {}).get("currentRunners") or 0)
         return by_state, _phase_counts(runners), current
 
-    async def wait_for(what: str, cond) -> bool:
+    async def wait_for(what: str, cond: Cond) -> bool:
         last = ""
         while time.monotonic() < deadline:
             jobs, phases, current = await snapshot()
@@ -509,10 +516,10 @@ async def _workload(
         want_up = min(opts.max_runners, opts.min_runners + count)
         if count and not await wait_for(
             f"scaled up (>= {want_up} runner(s) for wave {n}) or done",
-            lambda j, p, c, want_up=want_up, total=total: sum(p.values()) >= want_up or j.get("completed", 0) >= total,
+            _scaled_up_or_done(want_up, total),
         ):
             return 1
-        if not await wait_for(f"wave {n} completed", lambda j, p, c, total=total: j.get("completed", 0) >= total):
+        if not await wait_for(f"wave {n} completed", _completed(total)):
             return 1
     if not await wait_for(
         f"scaled back down to minRunners={opts.min_runners}",
@@ -521,6 +528,17 @@ async def _workload(
         return 1
     say(f"demo finished: {total} job(s) ran on ephemeral runners; the set scaled up and back down")
     return 0
+
+
+Cond = Callable[[dict[str, int], dict[str, int], int], bool]  # (jobs by state, runners by phase, currentRunners)
+
+
+def _scaled_up_or_done(want_up: int, total: int) -> Cond:
+    return lambda jobs, phases, _: sum(phases.values()) >= want_up or jobs.get("completed", 0) >= total
+
+
+def _completed(total: int) -> Cond:
+    return lambda jobs, _phases, _current: jobs.get("completed", 0) >= total
 
 
 def main(argv: list[str]) -> int:
