@@ -68,6 +68,8 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         # add_finalizer, remove_finalizer, _apply_desired (patch_merge), _patch_status
         *_u(A, "ephemeralrunnersets", "get list watch patch"),
         *_u(A, "ephemeralrunnersets/status", "patch"),
+        # reconciler.py _max_runners: reader.get_or_none(AUTOSCALING_RUNNER_SETS) (the owner's maxRunners)
+        *_u(A, "autoscalingrunnersets", "get"),
         # decide.new_runner: ownerReference blockOwnerDeletion True (also on the proxy Secret)
         *_u(A, "ephemeralrunnersets/finalizers", "update"),
         # ctx.informers(EPHEMERAL_RUNNERS), _runners (reader.list), writer.create, _delete_runner (delete)
