@@ -184,6 +184,13 @@ class RunnerReconciler:
         if decide.too_many_failures(er, self.settings):
             return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings))
         pod = await self.reader.get_or_none(PODS, key)
+        if pod is None:
+            # The ER was read before the pod: a job recorded just before the pod vanished is not in
+            # that read. Re-read it, so a lost pod with a job deletes the runner instead of getting
+            # a new pod for a spent JIT config (README "runner worker", pod outcome table).
+            fresh = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
+            if fresh is None or fresh.metadata.resource_version != er.metadata.resource_version:
+                return Result(requeue_after=0.0)
         now = self.clock.now()
         decision = (
             decide.decide_missing_pod(er, now, self.settings)

@@ -3,6 +3,7 @@ server, a pod that never starts."""
 
 from __future__ import annotations
 
+import anyio
 import msgspec
 import pytest
 
@@ -152,6 +153,34 @@ async def test_credentials_gone_on_deletion_is_quiet_bounded_and_released(
         reasons = [e.reason for e in await env.events("er-nocreds")]
         assert reasons.count("ActionsCredentialsUnavailable") == 1 and "RunnerRemovalFailed" not in reasons
         assert "RunnerRemovalAbandoned" in reasons
+
+
+async def test_pod_lost_right_after_a_job_started_deletes_the_runner(runner_env, kube_api):
+    """The race behind test_pod_lost_while_running_a_job_deletes_the_runner timing out under load:
+    the worker reads the ER (no job yet), the job is recorded and the pod vanishes, then the
+    worker's pod GET finds nothing. It must not create a new pod (for a spent JIT config) from
+    the stale ER read: it re-reads the ER first, sees the job, deletes the runner (issue 11)."""
+    env = runner_env
+    control = kube_api.require_emulator()
+    await env.create_er("er-race")
+    await wait_for(lambda: _runner_id(env, "er-race"), what="registered")
+    pod = await env.wait_pod("er-race")
+    rule = await control.add_fault_async(
+        action="latency", verb="get", resource="pods", namespace=env.namespace, name="er-race", delay_seconds=3.0
+    )
+    # Wake the worker: its pass reads the ER, then its pod GET is held for 3 s.
+    await env.kube.writer.patch_merge(EPHEMERAL_RUNNERS, env.key("er-race"), {"metadata": {"labels": {"poke": "1"}}})
+
+    async def pod_get_held() -> bool:
+        return all(f.id != rule for f in await anyio.to_thread.run_sync(control.faults))
+
+    await wait_for(pod_get_held, what="the worker's pod GET held")
+    await env.kube.writer.patch_status(
+        EPHEMERAL_RUNNERS, env.key("er-race"), {"status": {"jobId": "job-1", "jobRequestId": 11}}
+    )
+    await env.kube.writer.delete(PODS, env.key("er-race"), uid=pod.metadata.uid)
+    await env.wait_gone("er-race")
+    assert "PodLostWithJob" in await env.event_reasons("er-race")
 
 
 async def _pod(env, name):
