@@ -255,15 +255,13 @@ async def test_never_more_runners_than_max_runners_whatever_the_bus_or_spec_says
         await stays(kube, namespace, 4, 1.0)
 
         def clamped() -> float:
-            labels = {"name": "set", "namespace": namespace, "repository": "", "organization": "", "enterprise": ""}
-            samples = [
-                s
-                for metric in w.ctx.registry.collect()
-                if metric.name == "runnerscale_runner_set_max_runners_clamped"
-                for s in metric.samples
-                if s.name.endswith("_total") and s.labels["namespace"] == labels["namespace"]
-            ]
-            return sum(s.value for s in samples)
+            return sum(
+                sample.value
+                for family in w.ctx.registry.collect()
+                if family.name == "runnerscale_runner_set_max_runners_clamped"
+                for sample in family.samples
+                if sample.name.endswith("_total") and sample.labels["namespace"] == namespace
+            )
 
         assert clamped() >= 1
         # spec.replicas written above maxRunners (not through the bus): creation stops at 4 anyway.
