@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.fixtures.nats",
     "tests.fixtures.apiserver",
     "tests.fixtures.actions_sim",
+    "tests.fixtures.cpu_load",
 ]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 from typing import Any, Protocol
 
 import anyio
@@ -23,12 +24,17 @@ from services.runner_set.failures import FailurePolicy
 from services.runner_set.metrics import RunnerSetMetrics
 from shared.actions import ActionsClient, ActionsError, JobStillRunningError, RunnerNotFoundError
 from shared.api import EphemeralRunner, EphemeralRunnerSet, validate
-from shared.api.constants import LABEL_SCALE_SET_NAME, LABEL_SCALE_SET_NAMESPACE
+from shared.api.constants import (
+    KIND_AUTOSCALING_RUNNER_SET,
+    LABEL_SCALE_SET_NAME,
+    LABEL_SCALE_SET_NAMESPACE,
+)
 from shared.api.names import runner_proxy_secret_name
 from shared.bus import Bus, Delivery, DesiredState, ResourceRef, RevisionApplied, subjects
 from shared.bus.errors import BusError
 from shared.clock import SYSTEM_CLOCK, Clock
 from shared.kube import (
+    AUTOSCALING_RUNNER_SETS,
     DONE,
     EPHEMERAL_RUNNER_SETS,
     EPHEMERAL_RUNNERS,
@@ -89,6 +95,9 @@ class RunnerSetReconciler:
         self.clock = clock
         self.metrics = metrics or RunnerSetMetrics()
         self.desired: dict[ObjectKey, DesiredState] = {}
+        # Where each remembered desired state came from (subject, stream sequence; 0 = read as the
+        # stream's latest message), for the log line of a clamp.
+        self.origin: dict[ObjectKey, tuple[str, int]] = {}
         self.seeded: set[ObjectKey] = set()  # keys whose latest stream message was read since gaining them
 
     @classmethod
@@ -107,6 +116,8 @@ class RunnerSetReconciler:
         newest = decide.newer_desired(self.desired.get(key), msg)
         assert newest is not None  # msg itself is a candidate
         self.desired[key] = newest
+        if newest is msg:
+            self.origin[key] = (delivery.subject, delivery.stream_sequence)
 
     def on_shard_change(self, change: ShardChange) -> None:
         # Messages of newly gained keys may have been acked while another replica owned them:
@@ -150,6 +161,8 @@ class RunnerSetReconciler:
         self.metrics.set(key, ers, b)
         now = self.clock.now()
         p = decide.plan(ers, b, now, self.policy)
+        if p.create:
+            p = await self._cap_create(key, ers, b, p)
         # Steady-state passes are the common case: they log at debug only.
         (log.debug if p.reason in QUIET_PLANS else log.info)(
             "reconcile",
@@ -194,7 +207,10 @@ class RunnerSetReconciler:
                 )
             else:
                 if isinstance(last, DesiredState):
-                    candidate = decide.newer_desired(candidate, last)
+                    newest = decide.newer_desired(candidate, last)
+                    if newest is last and last is not candidate:
+                        self.origin[key] = (subjects.desired_subject(key.namespace, key.name), 0)
+                    candidate = newest
                 self.seeded.add(key)
         if candidate is None:
             return ers
@@ -218,6 +234,25 @@ class RunnerSetReconciler:
         if patch is None:
             self._settle(key, candidate)
             return ers
+        clamped = decide.clamp_desired(candidate, await self._max_runners(ers) if candidate.replicas else None)
+        if clamped is not None:
+            subject, sequence = self.origin.get(key, ("", 0))
+            log.warning(
+                "desired state above maxRunners clamped",
+                namespace=key.namespace,
+                name=key.name,
+                subject=subject,
+                sequence=sequence,
+                replicas=candidate.replicas,
+                max_runners=clamped.replicas,
+                patch_id=candidate.patch_id,
+                epoch=candidate.listener_epoch,
+            )
+            self.metrics.clamp(ers)
+            patch = decide.desired_patch(ers, clamped)
+            if patch is None:
+                self._settle(key, candidate)
+                return ers
         updated = await self.writer.patch_merge(
             EPHEMERAL_RUNNER_SETS, key, patch, resource_version=ers.metadata.resource_version
         )
@@ -225,7 +260,7 @@ class RunnerSetReconciler:
             "desired state applied",
             namespace=key.namespace,
             name=key.name,
-            replicas=candidate.replicas,
+            replicas=patch["spec"]["replicas"],
             patch_id=candidate.patch_id,
             epoch=candidate.listener_epoch,
         )
@@ -235,6 +270,33 @@ class RunnerSetReconciler:
     def _settle(self, key: ObjectKey, candidate: DesiredState) -> None:
         if self.desired.get(key) is candidate:
             del self.desired[key]
+            self.origin.pop(key, None)
+
+    async def _cap_create(self, key: ObjectKey, ers: EphemeralRunnerSet, b: decide.Buckets, p: Plan) -> Plan:
+        """Defence in depth: whatever spec.replicas says, never more live runners than maxRunners."""
+        cap = await self._max_runners(ers)
+        create = decide.cap_create(p.create, b.scale_up_total, cap)
+        if create == p.create:
+            return p
+        log.warning(
+            "scale-up capped at maxRunners",
+            namespace=key.namespace,
+            name=key.name,
+            replicas=ers.spec.replicas,
+            max_runners=cap,
+            live=b.scale_up_total,
+            create=create,
+        )
+        self.metrics.clamp(ers)
+        return dataclasses.replace(p, create=create, requeue=p.requeue and create > 0)
+
+    async def _max_runners(self, ers: EphemeralRunnerSet) -> int | None:
+        """The set's maxRunners, read from its controlling AutoscalingRunnerSet (uncached GET)."""
+        owner = ers.metadata.controller_reference()
+        if owner is None or owner.kind != KIND_AUTOSCALING_RUNNER_SET:
+            return None
+        ars = await self.reader.get_or_none(AUTOSCALING_RUNNER_SETS, ObjectKey(ers.metadata.namespace, owner.name))
+        return decide.max_runners_of(ers, ars)
 
     # --- executing a plan --------------------------------------------------------------------------
 

@@ -211,8 +211,9 @@ class ScaleSetReconciler:
                 name=key.name,
                 problems=message,
             )
-            await self.events.warning(ars, "InvalidSpec", message)
-            await self._write_status(ars, decide.pending_status(ars))
+            await self.events.warning(ars, decide.REASON_INVALID_SPEC, message)
+            now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+            await self._write_status(ars, decide.invalid_status(ars, message, now))
             return DONE
 
         if decide.generation_pending(ars):
@@ -599,11 +600,11 @@ class ScaleSetReconciler:
     # --- AutoscalingListener ---------------------------------------------------------------------
 
     async def _listeners_of(self, ars: AutoscalingRunnerSet) -> list[AutoscalingListener]:
-        selector = f"{LABEL_SCALE_SET_NAME}={ars.metadata.name},{LABEL_SCALE_SET_NAMESPACE}={ars.metadata.namespace}"
+        selector = decide.listener_selector(ars)
         listed = await self.reader.list(
-            AUTOSCALING_LISTENERS, namespace=self.options.controller_namespace, label_selector=selector
+            AUTOSCALING_LISTENERS, namespace=self.options.controller_namespace, label_selector=selector or ""
         )
-        return listed.items
+        return decide.listeners_of(listed.items, ars)
 
     async def _delete_listeners(self, ars: AutoscalingRunnerSet, *, keep: str | None) -> bool:
         """Delete this ARS's listeners except ``keep``; True when none (other than ``keep``) is left."""
