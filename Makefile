@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench install clean controlplane
+.PHONY: test test-pure demo bench install clean controlplane
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "needs $(PYTHON) on PATH"; exit 1; }
@@ -16,17 +16,23 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 ## Run the whole test suite: lint, format, layer contracts and types first (fast fail), then
-## pytest (unit, conformance, contract, bus, scenario, end to end). The doubles in services/embedded
-## and tests/ join the ruff check and mypy gates later (pyproject.toml says why). The
+## pytest (unit, conformance, contract, bus, scenario, end to end). ruff checks the whole tree
+## (tests and services/embedded too); mypy leaves tests/ out (pyproject.toml says why). The
 ## Kubernetes-facing tests run on the emulator and on a real control plane; pytest builds that
 ## (the `controlplane` target's work, cached) in the background while the other tests run, and
 ## stops at once with a hint if Go is missing.
 test: $(STAMP)
-	$(BIN)/ruff check shared services --extend-exclude services/embedded
+	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## The sub-minute loop while editing: ruff, then the pure tests only (marker `pure`: tests/unit
+## without servers; no API server, nats-server or simulator starts, no control-plane build).
+test-pure: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m pure -q $(PYTEST_ARGS)
 
 ## Run the embedded default: everything local, a demo workload scaling runners up and down.
 demo: $(STAMP)

@@ -37,6 +37,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "run the runner worker (EphemeralRunners: JIT secret, runner pod, status)",
     ),
     "runner-set": ("services.runner_set.worker:main", "run the runner-set worker (EphemeralRunnerSets)"),
+    "adopt": (
+        "services.scale_set.adopt_cli:main",
+        "print, object by object, what taking over a Go ARC install changes (--dry-run)",
+    ),
     "bus": ("shared.bus.cli:main", "set up (streams, buckets) or inspect (status) the NATS bus"),
 }
 

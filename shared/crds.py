@@ -22,6 +22,7 @@ import msgspec.inspect as mi
 import yaml
 
 from shared.api.constants import GROUP, VERSION
+from shared.api.names import MAX_LABEL_VALUE
 from shared.api.types import ALL_KINDS, KIND_BY_NAME, CustomObject
 from shared.api.validation import Problem
 
@@ -114,7 +115,8 @@ def _schema(t: mi.Type) -> dict[str, Any]:
     if isinstance(t, mi.Metadata):
         inner = _schema(t.type)
         extra = dict(t.extra_json_schema or {})
-        return {**({"description": extra["description"]} if "description" in extra else {}), **inner}
+        bounds = {k: extra[k] for k in ("maximum", "maxLength") if k in extra}
+        return {**({"description": extra["description"]} if "description" in extra else {}), **inner, **bounds}
     if isinstance(t, mi.UnionType):
         members = [m for m in t.types if not isinstance(m, mi.NoneType)]
         nullable = len(members) != len(t.types)
@@ -166,15 +168,24 @@ def _struct_schema(t: mi.StructType) -> dict[str, Any]:
     return schema
 
 
+# Kinds whose name is put into label values (the scale-set-name label of every child): the API
+# server refuses a longer name at create (README "CRDs (`deploy/crds/`, `shared.crds`)").
+NAME_MAX_LENGTH: dict[str, int] = {"AutoscalingRunnerSet": MAX_LABEL_VALUE}
+
+
 def object_schema(cls: type[CustomObject]) -> dict[str, Any]:
     """The openAPIV3Schema of one kind."""
     info = mi.type_info(cls)
     assert isinstance(info, mi.StructType)
     fields = {f.encode_name: f for f in info.fields}
+    metadata: dict[str, Any] = {"type": "object"}
+    if cls.KIND in NAME_MAX_LENGTH:
+        # A structural schema may restrict metadata.name and metadata.generateName, nothing else.
+        metadata = {"properties": {"name": {"maxLength": NAME_MAX_LENGTH[cls.KIND], "type": "string"}}, **metadata}
     properties: dict[str, Any] = {
         "apiVersion": {"type": "string"},
         "kind": {"type": "string"},
-        "metadata": {"type": "object"},
+        "metadata": metadata,
     }
     for name in ("spec", "status"):
         schema = _schema(fields[name].type)
@@ -275,10 +286,18 @@ def _check(value: Any, schema: dict[str, Any], path: str, errors: list[Problem],
         return
     if "minimum" in schema and value < schema["minimum"]:
         errors.append(Problem(path, f"must be >= {schema['minimum']}"))
+    if "maximum" in schema and value > schema["maximum"]:
+        errors.append(Problem(path, f"must be <= {schema['maximum']}"))
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        errors.append(Problem(path, f"must be at most {schema['maxLength']} characters"))
     if expected == "array":
         for i, item in enumerate(value):
             _check(item, schema.get("items", {}), f"{path}[{i}]", errors, pruned)
-    elif expected == "object" and path != "$.metadata":  # ObjectMeta is validated by the server itself
+    elif expected == "object" and path == "$.metadata":  # the server validates the rest of ObjectMeta
+        name_schema = (schema.get("properties") or {}).get("name")
+        if name_schema is not None and isinstance(value.get("name"), str):
+            _check(value["name"], name_schema, f"{path}.name", errors, pruned)
+    elif expected == "object":
         properties = schema.get("properties") or {}
         additional = schema.get("additionalProperties")
         preserve = schema.get("x-kubernetes-preserve-unknown-fields", False)

@@ -125,20 +125,11 @@ def desired_service_account(al: AutoscalingListener, settings: ListenerPodSettin
 
 
 def role_rules(ers_name: str) -> list[Json]:
-    """ARC's ``rulesForListenerRole``: patch the one ERS, patch runners and their status."""
-    return [
-        {
-            "apiGroups": ["actions.github.com"],
-            "resources": ["ephemeralrunnersets"],
-            "resourceNames": [ers_name],
-            "verbs": ["patch"],
-        },
-        {
-            "apiGroups": ["actions.github.com"],
-            "resources": ["ephemeralrunners", "ephemeralrunners/status"],
-            "verbs": ["patch"],
-        },
-    ]
+    """The listener's Role grants nothing: the runnerscale listener never talks to Kubernetes (it
+    publishes desired states on NATS; the runner-set worker writes the ERS). ARC's
+    ``rulesForListenerRole`` granted patch on the ERS ``ers_name`` and on every runner; the Role and
+    its binding are kept (empty) so ARC's object names and cleanup stay as they were."""
+    return []
 
 
 def _role_labels(

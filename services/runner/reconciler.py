@@ -58,7 +58,7 @@ from shared.kube import (
 from shared.kube.objects import Pod, Secret, SecretDataError
 from shared.log import get_logger
 from shared.version import version
-from shared.worker import WorkerContext
+from shared.worker import ActionsCredentialsUnavailable, WorkerContext
 
 log = get_logger(__name__)
 
@@ -106,6 +106,10 @@ class RunnerReconciler:
         self.metrics = metrics or runner_metrics()
         self.clock = clock
         self.namespaces = namespaces  # job events of other namespaces are ignored (--watch-namespace)
+        # JIT configs the service issued whose Secret is not written yet (an API-server error on
+        # the create), by ER key, with the ER uid they belong to: the next pass writes the same
+        # registration instead of registering the runner again (README "runner worker", step 5).
+        self._unwritten_jit: dict[ObjectKey, tuple[str, Any]] = {}
 
     @classmethod
     def from_context(cls, ctx: WorkerContext, settings: RunnerSettings) -> RunnerReconciler:
@@ -158,8 +162,10 @@ class RunnerReconciler:
             )
             return DONE
         if er is None:
+            self._unwritten_jit.pop(key, None)
             return DONE
         if er.metadata.is_deleting:
+            self._unwritten_jit.pop(key, None)
             return await self._finalize(er)
         status = er.status or EphemeralRunnerStatus()
         if status.is_done():
@@ -180,6 +186,13 @@ class RunnerReconciler:
         if decide.too_many_failures(er, self.settings):
             return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings))
         pod = await self.reader.get_or_none(PODS, key)
+        if pod is None:
+            # The ER was read before the pod: a job recorded just before the pod vanished is not in
+            # that read. Re-read it, so a lost pod with a job deletes the runner instead of getting
+            # a new pod for a spent JIT config (README "runner worker", pod outcome table).
+            fresh = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
+            if fresh is None or fresh.metadata.resource_version != er.metadata.resource_version:
+                return Result(requeue_after=0.0)
         now = self.clock.now()
         decision = (
             decide.decide_missing_pod(er, now, self.settings)
@@ -213,7 +226,11 @@ class RunnerReconciler:
         key = EPHEMERAL_RUNNERS.key_of(er)
         secret = await self.reader.get_or_none(SECRETS, key)
         if secret is not None:
+            self._unwritten_jit.pop(key, None)
             return secret
+        unwritten = self._unwritten_jit.get(key)
+        if unwritten is not None and unwritten[0] == er.metadata.uid:
+            return await self._write_jit_secret(er, unwritten[1])
         client = await self._client(er)
         container = er.spec.runner_container() or {}
         work_folder = container.get("workingDir") or ""
@@ -245,6 +262,12 @@ class RunnerReconciler:
             await self.events.warning(er, "JitConfigFailed", msg)
             raise RuntimeError(msg)
         self.metrics.jit_configs.labels("ok").inc()
+        self._unwritten_jit[key] = (er.metadata.uid, jit)
+        return await self._write_jit_secret(er, jit)
+
+    async def _write_jit_secret(self, er: EphemeralRunner, jit: Any) -> Secret:
+        """Create the JIT Secret. Any error but AlreadyExists keeps ``jit`` for the next pass."""
+        key = EPHEMERAL_RUNNERS.key_of(er)
         body = build.build_jit_secret(
             er,
             runner_id=jit.runner.id,
@@ -253,9 +276,12 @@ class RunnerReconciler:
             exclude_label_prefixes=self.exclude_label_prefixes,
         )
         try:
-            return await self.writer.create(SECRETS, body)
+            created = await self.writer.create(SECRETS, body)
         except AlreadyExists:
-            pass
+            self._unwritten_jit.pop(key, None)
+        else:
+            self._unwritten_jit.pop(key, None)
+            return created
         # Someone else (a replica that lost this key mid-pass) wrote the Secret meanwhile. Keep it
         # only if it names the registration we just made; otherwise drop it and start over (the
         # next pass meets RunnerExists for our registration and resolves it), so the pod never
@@ -597,7 +623,28 @@ class RunnerReconciler:
             return Result(requeue_after=self.settings.job_still_running_requeue)
         except KubeError:
             raise
-        except Exception as exc:  # ActionsError, credentials unavailable, timeout
+        except ActionsCredentialsUnavailable as exc:
+            # The credentials Secret is gone (typically: its namespace is being deleted). Not an
+            # error loop: one Event (repeats only count up), a slow retry, and the ER is released
+            # like any unremovable runner once its pod is gone and --removal-give-up-after passed.
+            self.metrics.service_removals.labels("error").inc()
+            if decide.should_abandon_removal(
+                er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock.now(), self.settings
+            ):
+                log.warning(
+                    "credentials unavailable for too long; runner left registered at the service",
+                    namespace=er.metadata.namespace,
+                    name=er.metadata.name,
+                    error=_short(exc),
+                )
+                await self.events.warning(
+                    er,
+                    "RunnerRemovalAbandoned",
+                    f"could not remove the runner from the service for too long ({_short(exc)}); releasing the EphemeralRunner",
+                )
+                return None
+            return Result(requeue_after=self.settings.job_still_running_requeue)
+        except Exception as exc:  # ActionsError, timeout
             self.metrics.service_removals.labels("error").inc()
             if decide.should_abandon_removal(
                 er.metadata.deletion_timestamp, await self._pod_alive(er), self.clock.now(), self.settings

@@ -22,6 +22,7 @@ import msgspec
 from services.runner_set import failures
 from services.runner_set.failures import Assessment, FailurePolicy
 from shared.api import (
+    AutoscalingRunnerSet,
     EphemeralRunner,
     EphemeralRunnerPhase,
     EphemeralRunnerSet,
@@ -41,6 +42,7 @@ from shared.api.constants import (
     COMPONENT_RUNNER,
     FINALIZER_EPHEMERAL_RUNNER,
     FINALIZER_RUNNER_REGISTRATION,
+    KIND_AUTOSCALING_RUNNER_SET,
     KIND_EPHEMERAL_RUNNER_SET,
     LABEL_COMPONENT,
 )
@@ -265,6 +267,32 @@ def desired_patch(ers: EphemeralRunnerSet, msg: DesiredState) -> dict[str, Any] 
         "metadata": {"annotations": {ANNOTATION_APPLIED_DESIRED_STATE: msgspec.json.encode(record).decode()}},
         "spec": {"replicas": msg.replicas, "patchID": msg.patch_id},
     }
+
+
+def max_runners_of(ers: EphemeralRunnerSet, ars: AutoscalingRunnerSet | None) -> int | None:
+    """The set's maxRunners, from the AutoscalingRunnerSet that controls the ERS (None: no cap,
+    because the ERS has no such owner, the owner is gone or replaced, or it sets no maxRunners)."""
+    owner = ers.metadata.controller_reference()
+    if ars is None or owner is None or owner.kind != KIND_AUTOSCALING_RUNNER_SET:
+        return None
+    if owner.uid and ars.metadata.uid and owner.uid != ars.metadata.uid:
+        return None
+    return ars.spec.max_runners
+
+
+def clamp_desired(msg: DesiredState, max_runners: int | None) -> DesiredState | None:
+    """``msg`` with its replicas lowered to ``max_runners``, or None when it is within it. The
+    listener clamps too; this is the runner-set's own guard against any publisher on the bus."""
+    if max_runners is None or msg.replicas <= max_runners:
+        return None
+    return msgspec.structs.replace(msg, replicas=max_runners)
+
+
+def cap_create(create: int, scale_up_total: int, max_runners: int | None) -> int:
+    """Never create runners beyond ``max_runners`` live ones (whatever ``spec.replicas`` says)."""
+    if max_runners is None:
+        return create
+    return max(0, min(create, max_runners - scale_up_total))
 
 
 # --- plans ---------------------------------------------------------------------------------------

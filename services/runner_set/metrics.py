@@ -81,6 +81,12 @@ class RunnerSetMetrics:
             GAUGE_LABELS,
             registry=registry,
         )
+        self.clamped = Counter(
+            "runnerscale_runner_set_max_runners_clamped_total",
+            "Desired states above the set's maxRunners clamped, and scale-ups capped at it.",
+            GAUGE_LABELS,
+            registry=registry,
+        )
         self._labels: dict[ObjectKey, tuple[str, ...]] = {}
 
     def _all(self) -> tuple[Gauge | Counter, ...]:
@@ -95,6 +101,7 @@ class RunnerSetMetrics:
             self.budget_failures,
             self.backoffs,
             self.failed_replaced,
+            self.clamped,
         )
 
     def labels_of(self, ers: EphemeralRunnerSet) -> tuple[str, ...] | None:
@@ -120,6 +127,11 @@ class RunnerSetMetrics:
         self.budget_failures.labels(*labels).set(a.failures)
         if a.escalated:
             self.backoffs.labels(*labels).inc()
+
+    def clamp(self, ers: EphemeralRunnerSet) -> None:
+        labels = self.labels_of(ers)
+        if labels is not None:
+            self.clamped.labels(*labels).inc()
 
     def replaced(self, ers: EphemeralRunnerSet) -> None:
         labels = self.labels_of(ers)

@@ -13,22 +13,28 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 from typing import Any, Protocol
 
 import anyio
 
-from services.runner_set import decide, failures
+from services.runner_set import adopt, decide, failures
 from services.runner_set.decide import Plan
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.metrics import RunnerSetMetrics
 from shared.actions import ActionsClient, ActionsError, JobStillRunningError, RunnerNotFoundError
 from shared.api import EphemeralRunner, EphemeralRunnerSet, validate
-from shared.api.constants import FINALIZER_EPHEMERAL_RUNNER_SET, LABEL_SCALE_SET_NAME, LABEL_SCALE_SET_NAMESPACE
+from shared.api.constants import (
+    KIND_AUTOSCALING_RUNNER_SET,
+    LABEL_SCALE_SET_NAME,
+    LABEL_SCALE_SET_NAMESPACE,
+)
 from shared.api.names import runner_proxy_secret_name
 from shared.bus import Bus, Delivery, DesiredState, ResourceRef, RevisionApplied, subjects
 from shared.bus.errors import BusError
 from shared.clock import SYSTEM_CLOCK, Clock
 from shared.kube import (
+    AUTOSCALING_RUNNER_SETS,
     DONE,
     EPHEMERAL_RUNNER_SETS,
     EPHEMERAL_RUNNERS,
@@ -39,6 +45,7 @@ from shared.kube import (
     Conflict,
     EventRecorder,
     Invalid,
+    NotFound,
     ObjectKey,
     ReconcileContext,
     Result,
@@ -88,6 +95,9 @@ class RunnerSetReconciler:
         self.clock = clock
         self.metrics = metrics or RunnerSetMetrics()
         self.desired: dict[ObjectKey, DesiredState] = {}
+        # Where each remembered desired state came from (subject, stream sequence; 0 = read as the
+        # stream's latest message), for the log line of a clamp.
+        self.origin: dict[ObjectKey, tuple[str, int]] = {}
         self.seeded: set[ObjectKey] = set()  # keys whose latest stream message was read since gaining them
 
     @classmethod
@@ -106,6 +116,8 @@ class RunnerSetReconciler:
         newest = decide.newer_desired(self.desired.get(key), msg)
         assert newest is not None  # msg itself is a candidate
         self.desired[key] = newest
+        if newest is msg:
+            self.origin[key] = (delivery.subject, delivery.stream_sequence)
 
     def on_shard_change(self, change: ShardChange) -> None:
         # Messages of newly gained keys may have been acked while another replica owned them:
@@ -124,8 +136,14 @@ class RunnerSetReconciler:
         ers = await self._apply_desired(key, ers)
         if ers.metadata.is_deleting:
             return await self._finalize(key, ers)
-        if FINALIZER_EPHEMERAL_RUNNER_SET not in ers.metadata.finalizers:
-            ers = await self.writer.add_finalizer(EPHEMERAL_RUNNER_SETS, ers, FINALIZER_EPHEMERAL_RUNNER_SET)
+        finalizers = adopt.live_finalizers(ers.metadata.finalizers)  # ours, in place of ARC 0.12-0.14's
+        if finalizers is not None:
+            ers = await self.writer.patch_merge(
+                EPHEMERAL_RUNNER_SETS,
+                key,
+                {"metadata": {"finalizers": finalizers}},
+                resource_version=ers.metadata.resource_version,
+            )
         problems = validate(ers)
         if problems:
             text = "; ".join(f"{p.path}: {p.message}" for p in problems)
@@ -143,6 +161,8 @@ class RunnerSetReconciler:
         self.metrics.set(key, ers, b)
         now = self.clock.now()
         p = decide.plan(ers, b, now, self.policy)
+        if p.create:
+            p = await self._cap_create(key, ers, b, p)
         # Steady-state passes are the common case: they log at debug only.
         (log.debug if p.reason in QUIET_PLANS else log.info)(
             "reconcile",
@@ -187,7 +207,10 @@ class RunnerSetReconciler:
                 )
             else:
                 if isinstance(last, DesiredState):
-                    candidate = decide.newer_desired(candidate, last)
+                    newest = decide.newer_desired(candidate, last)
+                    if newest is last and last is not candidate:
+                        self.origin[key] = (subjects.desired_subject(key.namespace, key.name), 0)
+                    candidate = newest
                 self.seeded.add(key)
         if candidate is None:
             return ers
@@ -211,6 +234,25 @@ class RunnerSetReconciler:
         if patch is None:
             self._settle(key, candidate)
             return ers
+        clamped = decide.clamp_desired(candidate, await self._max_runners(ers) if candidate.replicas else None)
+        if clamped is not None:
+            subject, sequence = self.origin.get(key, ("", 0))
+            log.warning(
+                "desired state above maxRunners clamped",
+                namespace=key.namespace,
+                name=key.name,
+                subject=subject,
+                sequence=sequence,
+                replicas=candidate.replicas,
+                max_runners=clamped.replicas,
+                patch_id=candidate.patch_id,
+                epoch=candidate.listener_epoch,
+            )
+            self.metrics.clamp(ers)
+            patch = decide.desired_patch(ers, clamped)
+            if patch is None:
+                self._settle(key, candidate)
+                return ers
         updated = await self.writer.patch_merge(
             EPHEMERAL_RUNNER_SETS, key, patch, resource_version=ers.metadata.resource_version
         )
@@ -218,7 +260,7 @@ class RunnerSetReconciler:
             "desired state applied",
             namespace=key.namespace,
             name=key.name,
-            replicas=candidate.replicas,
+            replicas=patch["spec"]["replicas"],
             patch_id=candidate.patch_id,
             epoch=candidate.listener_epoch,
         )
@@ -228,6 +270,33 @@ class RunnerSetReconciler:
     def _settle(self, key: ObjectKey, candidate: DesiredState) -> None:
         if self.desired.get(key) is candidate:
             del self.desired[key]
+            self.origin.pop(key, None)
+
+    async def _cap_create(self, key: ObjectKey, ers: EphemeralRunnerSet, b: decide.Buckets, p: Plan) -> Plan:
+        """Defence in depth: whatever spec.replicas says, never more live runners than maxRunners."""
+        cap = await self._max_runners(ers)
+        create = decide.cap_create(p.create, b.scale_up_total, cap)
+        if create == p.create:
+            return p
+        log.warning(
+            "scale-up capped at maxRunners",
+            namespace=key.namespace,
+            name=key.name,
+            replicas=ers.spec.replicas,
+            max_runners=cap,
+            live=b.scale_up_total,
+            create=create,
+        )
+        self.metrics.clamp(ers)
+        return dataclasses.replace(p, create=create, requeue=p.requeue and create > 0)
+
+    async def _max_runners(self, ers: EphemeralRunnerSet) -> int | None:
+        """The set's maxRunners, read from its controlling AutoscalingRunnerSet (uncached GET)."""
+        owner = ers.metadata.controller_reference()
+        if owner is None or owner.kind != KIND_AUTOSCALING_RUNNER_SET:
+            return None
+        ars = await self.reader.get_or_none(AUTOSCALING_RUNNER_SETS, ObjectKey(ers.metadata.namespace, owner.name))
+        return decide.max_runners_of(ers, ars)
 
     # --- executing a plan --------------------------------------------------------------------------
 
@@ -449,7 +518,7 @@ class RunnerSetReconciler:
     # --- deletion ------------------------------------------------------------------------------------
 
     async def _finalize(self, key: ObjectKey, ers: EphemeralRunnerSet) -> Result:
-        if FINALIZER_EPHEMERAL_RUNNER_SET not in ers.metadata.finalizers:
+        if not adopt.owns_finalizer(ers.metadata.finalizers):
             return DONE
         b = decide.bucket_runners(await self._runners(ers))
         dp = decide.plan_deletion(b)
@@ -463,7 +532,15 @@ class RunnerSetReconciler:
                     if not secret.metadata.is_deleting:
                         await self.writer.delete(SECRETS, secret_key, uid=secret.metadata.uid, missing_ok=True)
                     return Result(requeue_after=1.0)
-            await self.writer.remove_finalizer(EPHEMERAL_RUNNER_SETS, ers, FINALIZER_EPHEMERAL_RUNNER_SET)
+            released = adopt.released_finalizers(ers.metadata.finalizers)
+            if released is not None:
+                with contextlib.suppress(NotFound):
+                    await self.writer.patch_merge(
+                        EPHEMERAL_RUNNER_SETS,
+                        key,
+                        {"metadata": {"finalizers": released}},
+                        resource_version=ers.metadata.resource_version,
+                    )
             self.metrics.forget(key)
             log.info("runner set deleted", namespace=key.namespace, name=key.name)
             return DONE

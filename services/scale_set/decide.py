@@ -25,6 +25,7 @@ from shared.api import (
     EphemeralRunnerSet,
     EphemeralRunnerSetPhase,
     Problem,
+    StatusCondition,
     validate,
 )
 from shared.api import status_patch as full_status_patch
@@ -36,6 +37,7 @@ from shared.api.constants import (
     LABEL_SCALE_SET_NAMESPACE,
 )
 from shared.api.names import MAX_LABEL_VALUE
+from shared.kube.names import is_valid_label_value
 from shared.semantic import first_difference, semantic_equal
 from shared.settings import InvalidSetting, option
 
@@ -282,11 +284,18 @@ def plan_listener_update(existing: AutoscalingListener, desired: AutoscalingList
     return patch or None
 
 
-def orphan_listeners(
-    listeners: list[AutoscalingListener], ars: AutoscalingRunnerSet, current_name: str | None
-) -> list[AutoscalingListener]:
-    """Listeners of this ARS other than ``current_name`` (left behind when the runner group or the
-    config URL changed the listener name; ARC leaves them running) that are not already deleting."""
+def listener_selector(ars: AutoscalingRunnerSet) -> str | None:
+    """The label selector of this ARS's listeners, or None when its name or namespace cannot be a
+    label value (the API server refuses such a selector with 400, so cleanup must list without one
+    and filter with :func:`listeners_of`; README "scale-set worker", deletion chain)."""
+    name, namespace = ars.metadata.name, ars.metadata.namespace
+    if is_valid_label_value(name) or is_valid_label_value(namespace):
+        return None
+    return f"{LABEL_SCALE_SET_NAME}={name},{LABEL_SCALE_SET_NAMESPACE}={namespace}"
+
+
+def listeners_of(listeners: list[AutoscalingListener], ars: AutoscalingRunnerSet) -> list[AutoscalingListener]:
+    """The listeners that belong to this ARS, by spec or by labels."""
     out = []
     for al in listeners:
         spec = al.spec
@@ -297,9 +306,19 @@ def orphan_listeners(
             al.metadata.labels.get(LABEL_SCALE_SET_NAMESPACE) == ars.metadata.namespace
             and al.metadata.labels.get(LABEL_SCALE_SET_NAME) == ars.metadata.name
         )
-        if mine and al.metadata.name != current_name and not al.metadata.is_deleting:
+        if mine:
             out.append(al)
     return out
+
+
+def orphan_listeners(
+    listeners: list[AutoscalingListener], ars: AutoscalingRunnerSet, current_name: str | None
+) -> list[AutoscalingListener]:
+    """Listeners of this ARS other than ``current_name`` (left behind when the runner group or the
+    config URL changed the listener name; ARC leaves them running) that are not already deleting."""
+    return [
+        al for al in listeners_of(listeners, ars) if al.metadata.name != current_name and not al.metadata.is_deleting
+    ]
 
 
 # --- status ----------------------------------------------------------------------------------------
@@ -346,9 +365,32 @@ def status_patch(ars: AutoscalingRunnerSet, status: AutoscalingRunnerSetStatus) 
 
 
 def pending_status(ars: AutoscalingRunnerSet) -> AutoscalingRunnerSetStatus:
-    """Phase Pending, everything else as stored (the generation is not yet acted upon)."""
+    """Phase Pending, everything else as stored (the generation is not yet acted upon); a spec
+    that is valid again drops the SpecValid=False condition."""
     current = ars.status or AutoscalingRunnerSetStatus()
-    return msgspec.structs.replace(current, phase=AutoscalingRunnerSetPhase.PENDING)
+    return msgspec.structs.replace(current, phase=AutoscalingRunnerSetPhase.PENDING, conditions=None)
+
+
+CONDITION_SPEC_VALID = "SpecValid"
+REASON_INVALID_SPEC = "InvalidSpec"
+
+
+def invalid_status(ars: AutoscalingRunnerSet, message: str, now: str) -> AutoscalingRunnerSetStatus:
+    """Phase Invalid and the condition SpecValid=False (reason InvalidSpec, the problems as its
+    message) for this generation; everything else as stored. ``now`` (RFC 3339) is the transition
+    time, kept when the condition already said the same (so a re-pass writes nothing)."""
+    current = ars.status or AutoscalingRunnerSetStatus()
+    previous = next((c for c in current.conditions or () if c.type == CONDITION_SPEC_VALID), None)
+    since = previous.last_transition_time if previous is not None and previous.status == "False" else now
+    condition = StatusCondition(
+        type=CONDITION_SPEC_VALID,
+        status="False",
+        reason=REASON_INVALID_SPEC,
+        message=message,
+        observed_generation=ars.metadata.generation,
+        last_transition_time=since or now,
+    )
+    return msgspec.structs.replace(current, phase=AutoscalingRunnerSetPhase.INVALID, conditions=[condition])
 
 
 def generation_pending(ars: AutoscalingRunnerSet) -> bool:

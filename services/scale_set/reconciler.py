@@ -7,7 +7,8 @@ One pass of :meth:`ScaleSetReconciler.reconcile` for an AutoscalingRunnerSet key
 3. Registration with the Actions service: get-or-create by name, runner group / name drift,
    re-registration when the recorded scale set no longer exists.
 4. The EphemeralRunnerSet: create at revision 1, or patch drift (runner spec change → revision + 1,
-   RevisionPublished on the bus).
+   RevisionPublished on the bus). What Go ARC left (its ``<ARS>-<random>`` sets, a set at revision
+   0, their runners) is taken over on the way (adopt.py, README "Switching from ARC").
 5. The Outdated guard: park (listener down, ERS drained) only when the ERS reports Outdated for
    the revision it has applied; otherwise the AutoscalingListener: create or patch in place.
 6. Status (phase, counts, observedGeneration), status-patched only when different.
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
-from services.scale_set import decide
+from services.scale_set import adopt, decide
 from services.scale_set.build import (
     ars_listener_name,
     desired_ephemeral_runner_set,
@@ -40,7 +41,7 @@ from shared.actions import (
     ScaleSetNotFoundError,
     scale_set_labels,
 )
-from shared.api import AutoscalingListener, AutoscalingRunnerSet, EphemeralRunnerSet
+from shared.api import AutoscalingListener, AutoscalingRunnerSet, EphemeralRunner, EphemeralRunnerSet
 from shared.api.constants import (
     ANNOTATION_CLEANUP_GITHUB_SECRET_NAME,
     ANNOTATION_CLEANUP_KUBERNETES_MODE_ROLE_BINDING_NAME,
@@ -64,6 +65,7 @@ from shared.kube import (
     AUTOSCALING_RUNNER_SETS,
     DONE,
     EPHEMERAL_RUNNER_SETS,
+    EPHEMERAL_RUNNERS,
     ROLE_BINDINGS,
     ROLES,
     SECRETS,
@@ -168,6 +170,8 @@ class ScaleSetReconciler:
         self.credentials_requeue = settings.credentials_requeue
         self.clock = clock
         self._verified: dict[ObjectKey, float] = {}
+        # ARS uids found without ARC leftovers: no LIST of their sets again (ARC is stopped for good).
+        self._arc_free: set[str] = set()
 
     @classmethod
     def from_context(cls, ctx: WorkerContext, settings: decide.ScaleSetSettings) -> ScaleSetReconciler:
@@ -193,6 +197,7 @@ class ScaleSetReconciler:
             self._verified.pop(key, None)
             return DONE
         if ars.metadata.is_deleting:
+            self._arc_free.discard(ars.metadata.uid)
             return await self._finalize(ars)
         ars = await self.writer.add_finalizer(AUTOSCALING_RUNNER_SETS, ars, FINALIZER_AUTOSCALING_RUNNER_SET)
 
@@ -206,8 +211,9 @@ class ScaleSetReconciler:
                 name=key.name,
                 problems=message,
             )
-            await self.events.warning(ars, "InvalidSpec", message)
-            await self._write_status(ars, decide.pending_status(ars))
+            await self.events.warning(ars, decide.REASON_INVALID_SPEC, message)
+            now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+            await self._write_status(ars, decide.invalid_status(ars, message, now))
             return DONE
 
         if decide.generation_pending(ars):
@@ -232,6 +238,14 @@ class ScaleSetReconciler:
             await self.events.warning(ars, "ActionsServiceError", f"{type(exc).__name__}: {exc}")
             raise
 
+        patch = adopt.ars_cleanup_patch(ars)  # ARC's fingerprints (README "Switching from ARC")
+        if patch is not None:
+            ars = await self.writer.patch_merge(
+                AUTOSCALING_RUNNER_SETS,
+                AUTOSCALING_RUNNER_SETS.key_of(ars),
+                patch,
+                resource_version=ars.metadata.resource_version,
+            )
         try:
             ers = await self._ensure_runner_set(ars)
             if ers is None or ers.metadata.is_deleting:
@@ -239,6 +253,8 @@ class ScaleSetReconciler:
                 return Result(requeue_after=self.deletion_requeue)
 
             requeue: float | None = None
+            if await self._adopt(ars, ers):
+                requeue = self.deletion_requeue
             parked = decide.outdated_teardown_allowed(ers)
             if parked:
                 ers, listeners_gone = await self._park(ars, ers)
@@ -403,6 +419,10 @@ class ScaleSetReconciler:
         ers = await self.reader.get_or_none(EPHEMERAL_RUNNER_SETS, key)
         if ers is None:
             desired = desired_ephemeral_runner_set(ars, self.options, actionable_revision=1)
+            legacy = adopt.legacy_runner_sets(ars, await self._sets_of(ars))
+            if legacy:  # taking over ARC 0.12-0.14: no runner created or removed before the listener speaks
+                seed = adopt.seed_spec_for_new_set(legacy)
+                desired.spec.replicas, desired.spec.patch_id = seed["replicas"], seed["patchID"]
             try:
                 ers = await self.writer.create(EPHEMERAL_RUNNER_SETS, desired)
             except AlreadyExists:
@@ -430,6 +450,8 @@ class ScaleSetReconciler:
                 f"EphemeralRunnerSet {key.name} is controlled by another object (uid {owner.uid}); waiting for it to go",
             )
             return None
+        if adopt.is_arc_runner_set(ers):
+            return ers  # ARC's set: _adopt seeds its revision (and spec) once its runners are stamped
         desired = desired_ephemeral_runner_set(ars, self.options, actionable_revision=ers.spec.actionable_revision)
         plan = decide.plan_ers_update(ers, desired)
         if plan.patch is None:
@@ -453,6 +475,84 @@ class ScaleSetReconciler:
             )
             self._publish_revision(ers)
         return ers
+
+    # --- adoption of what Go ARC left (adopt.py) ----------------------------------------------------
+
+    async def _sets_of(self, ars: AutoscalingRunnerSet) -> list[EphemeralRunnerSet]:
+        selector = f"{LABEL_SCALE_SET_NAME}={ars.metadata.name},{LABEL_SCALE_SET_NAMESPACE}={ars.metadata.namespace}"
+        listed = await self.reader.list(
+            EPHEMERAL_RUNNER_SETS, namespace=ars.metadata.namespace, label_selector=selector
+        )
+        return listed.items
+
+    async def _runners_of(self, ars: AutoscalingRunnerSet) -> list[EphemeralRunner]:
+        selector = f"{LABEL_SCALE_SET_NAME}={ars.metadata.name},{LABEL_SCALE_SET_NAMESPACE}={ars.metadata.namespace}"
+        listed = await self.reader.list(EPHEMERAL_RUNNERS, namespace=ars.metadata.namespace, label_selector=selector)
+        return listed.items
+
+    async def _adopt(self, ars: AutoscalingRunnerSet, ers: EphemeralRunnerSet) -> bool:
+        """Take over ARC's leftovers of this ARS, one locked write per object; True while work remains
+        (requeue soon: runner changes do not wake this worker)."""
+        arc_set = adopt.is_arc_runner_set(ers)
+        if ars.metadata.uid in self._arc_free and not arc_set:
+            return False
+        legacy = adopt.legacy_runner_sets(ars, await self._sets_of(ars))
+        if not legacy and not arc_set:
+            self._arc_free.add(ars.metadata.uid)
+            return False
+        desired = desired_ephemeral_runner_set(ars, self.options, actionable_revision=1)
+        feeding = adopt.feeding_listeners(await self._listeners_of(ars), legacy) if legacy else []
+        plan = adopt.plan_adoption(ers, desired, legacy, await self._runners_of(ars), legacy_listener=bool(feeding))
+        ns = ars.metadata.namespace
+        for old, freeze in plan.freeze:
+            await self.writer.patch_merge(
+                EPHEMERAL_RUNNER_SETS,
+                EPHEMERAL_RUNNER_SETS.key_of(old),
+                freeze,
+                resource_version=old.metadata.resource_version,
+            )
+            log.info("froze ARC runner set before taking its runners over", namespace=ns, name=old.metadata.name)
+        if plan.freeze:
+            return True  # move runners on a fresh LIST, once no legacy set creates any more
+        for step in plan.runners:
+            if step.patch is None:
+                continue
+            er = step.runner
+            await self.writer.patch_merge(
+                EPHEMERAL_RUNNERS,
+                EPHEMERAL_RUNNERS.key_of(er),
+                step.patch,
+                resource_version=er.metadata.resource_version,
+            )
+            log.info(
+                "adopted ARC runner", namespace=ns, name=er.metadata.name, runner_set=ers.metadata.name, why=step.why
+            )
+        if plan.runner_patches or feeding:
+            return True  # seed and retire on a fresh LIST, once every kept runner is stamped
+        if plan.seed is not None:
+            await self.writer.patch_merge(
+                EPHEMERAL_RUNNER_SETS,
+                EPHEMERAL_RUNNER_SETS.key_of(ers),
+                plan.seed,
+                resource_version=ers.metadata.resource_version,
+            )
+            log.info("adopted ARC runner set", namespace=ns, name=ers.metadata.name, revision=1)
+            await self.events.normal(
+                ars,
+                "RunnerSetAdopted",
+                f"took over EphemeralRunnerSet {ers.metadata.name} left by ARC at actionable revision 1",
+            )
+        for old in plan.delete_sets:
+            await self.writer.delete(
+                EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNER_SETS.key_of(old), uid=old.metadata.uid, missing_ok=True
+            )
+            log.info("retiring ARC runner set", namespace=ns, name=old.metadata.name, replaced_by=ers.metadata.name)
+            await self.events.normal(
+                ars,
+                "LegacyRunnerSetRetired",
+                f"EphemeralRunnerSet {old.metadata.name} left by ARC retired; its matching runners moved to {ers.metadata.name}",
+            )
+        return plan.seed is not None or bool(plan.delete_sets)
 
     def _publish_revision(self, ers: EphemeralRunnerSet) -> None:
         if self.publish is None:
@@ -500,11 +600,11 @@ class ScaleSetReconciler:
     # --- AutoscalingListener ---------------------------------------------------------------------
 
     async def _listeners_of(self, ars: AutoscalingRunnerSet) -> list[AutoscalingListener]:
-        selector = f"{LABEL_SCALE_SET_NAME}={ars.metadata.name},{LABEL_SCALE_SET_NAMESPACE}={ars.metadata.namespace}"
+        selector = decide.listener_selector(ars)
         listed = await self.reader.list(
-            AUTOSCALING_LISTENERS, namespace=self.options.controller_namespace, label_selector=selector
+            AUTOSCALING_LISTENERS, namespace=self.options.controller_namespace, label_selector=selector or ""
         )
-        return listed.items
+        return decide.listeners_of(listed.items, ars)
 
     async def _delete_listeners(self, ars: AutoscalingRunnerSet, *, keep: str | None) -> bool:
         """Delete this ARS's listeners except ``keep``; True when none (other than ``keep``) is left."""
@@ -543,6 +643,10 @@ class ScaleSetReconciler:
         if al.metadata.is_deleting:
             return False
         patch = decide.plan_listener_update(al, desired)
+        removals = adopt.arc_annotation_removals(al.metadata)  # an AL ARC wrote: its fingerprints go
+        if removals:
+            patch = patch or {}
+            patch.setdefault("metadata", {}).setdefault("annotations", {}).update(removals)
         if patch is not None:
             await self.writer.patch_merge(
                 AUTOSCALING_LISTENERS, key, patch, resource_version=al.metadata.resource_version

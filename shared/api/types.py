@@ -30,6 +30,7 @@ from shared.api import presence
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
     API_VERSION,
+    DEFAULT_MAX_RUNNERS,
     ENV_RUNNER_CONTAINER_HOOKS,
     KIND_AUTOSCALING_LISTENER,
     KIND_AUTOSCALING_RUNNER_SET,
@@ -49,6 +50,10 @@ PodMetadataTree = Annotated[
     JsonTree, msgspec.Meta(description="Labels and annotations for the runner pod, stored verbatim.")
 ]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+# A runner count: every component (listener config, Actions service X-ScaleSetMaxCapacity) takes
+# an int32. The CRD schema gets ``maximum``; decoding does not enforce it, so an object stored
+# before the bound existed still decodes (and is reported by ``validate``, never stuck).
+RunnerCount = Annotated[int, msgspec.Meta(ge=0, extra_json_schema={"maximum": DEFAULT_MAX_RUNNERS})]
 
 
 def _doc(text: str) -> msgspec.Meta:
@@ -78,6 +83,8 @@ class AutoscalingRunnerSetPhase(enum.StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
     OUTDATED = "Outdated"
+    #: runnerscale: the spec passed the CRD schema but cannot work; see the SpecValid condition.
+    INVALID = "Invalid"
 
 
 class EphemeralRunnerSetPhase(enum.StrEnum):
@@ -184,6 +191,17 @@ class CustomObject(msgspec.Struct, kw_only=True, omit_defaults=True, rename="cam
 # --- AutoscalingRunnerSet ------------------------------------------------------------------------
 
 
+class StatusCondition(_Spec, kw_only=True):
+    """A status condition (the fields of metav1.Condition)."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    observed_generation: int = 0
+    last_transition_time: str = ""
+
+
 class AutoscalingRunnerSetSpec(_Spec, kw_only=True):
     """AutoscalingRunnerSetSpec defines the desired state of an AutoscalingRunnerSet."""
 
@@ -206,8 +224,8 @@ class AutoscalingRunnerSetSpec(_Spec, kw_only=True):
     ephemeral_runner_set_metadata: ResourceMeta | None = None
     ephemeral_runner_metadata: ResourceMeta | None = None
     ephemeral_runner_config_secret_metadata: ResourceMeta | None = None
-    max_runners: NonNegativeInt | None = None
-    min_runners: NonNegativeInt | None = None
+    max_runners: RunnerCount | None = None
+    min_runners: RunnerCount | None = None
 
 
 class AutoscalingRunnerSetStatus(_Status, kw_only=True):
@@ -221,6 +239,10 @@ class AutoscalingRunnerSetStatus(_Status, kw_only=True):
     observed_generation: Annotated[
         int, _doc("runnerscale: the metadata.generation the scale-set worker has fully acted on.")
     ] = 0
+    conditions: Annotated[
+        list[StatusCondition] | None,
+        _doc("runnerscale: SpecValid=False (reason InvalidSpec) while the spec cannot work."),
+    ] = None
 
 
 class AutoscalingRunnerSet(CustomObject, tag=KIND_AUTOSCALING_RUNNER_SET, kw_only=True):
@@ -378,8 +400,8 @@ class AutoscalingListenerSpec(_Spec, kw_only=True):
     autoscaling_runner_set_namespace: str = ""
     autoscaling_runner_set_name: str = ""
     ephemeral_runner_set_name: str = ""
-    max_runners: NonNegativeInt = 0
-    min_runners: NonNegativeInt = 0
+    max_runners: RunnerCount = 0
+    min_runners: RunnerCount = 0
     image: str = ""
     image_pull_secrets: list[LocalObjectReference] = []
     proxy: ProxyConfig | None = None

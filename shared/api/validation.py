@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from shared.api.constants import RUNNER_CONTAINER_NAME, VAULT_TYPE_AZURE_KEY_VAULT
+from shared.api.constants import DEFAULT_MAX_RUNNERS, RUNNER_CONTAINER_NAME, VAULT_TYPE_AZURE_KEY_VAULT
 from shared.api.types import (
     AutoscalingListener,
     AutoscalingRunnerSet,
@@ -90,10 +90,12 @@ def pod_template_problems(path: str, template: Any, *, require_runner: bool) -> 
 
 def _min_max_problems(path: str, min_runners: int | None, max_runners: int | None) -> list[Problem]:
     problems = []
-    if min_runners is not None and min_runners < 0:
-        problems.append(Problem(f"{path}.minRunners", "must be >= 0"))
-    if max_runners is not None and max_runners < 0:
-        problems.append(Problem(f"{path}.maxRunners", "must be >= 0"))
+    for field, value in (("minRunners", min_runners), ("maxRunners", max_runners)):
+        if value is not None and value < 0:
+            problems.append(Problem(f"{path}.{field}", "must be >= 0"))
+        if value is not None and value > DEFAULT_MAX_RUNNERS:
+            # The listener config, the Actions service and Kubernetes clients take an int32.
+            problems.append(Problem(f"{path}.{field}", f"must be <= {DEFAULT_MAX_RUNNERS} (an int32)"))
     if min_runners is not None and max_runners is not None and min_runners > max_runners:
         problems.append(Problem(f"{path}.minRunners", f"must be <= maxRunners ({min_runners} > {max_runners})"))
     return problems

@@ -5,7 +5,9 @@ The first occurrence of (object, type, reason, message) creates an Event named
 ``lastTimestamp`` of that Event. If the Event has gone (expired, deleted), a new one is created.
 
 Recording is best effort, as in client-go: failures are logged, never raised, and each write
-has a short deadline, so a sick API server cannot stall a reconcile on an Event.
+has a short deadline, so a sick API server cannot stall a reconcile on an Event. A namespace the
+API server reports as terminating (403, cause NamespaceTerminating) gets no Event writes for
+``TERMINATING_SKIP`` seconds, and that is logged once per namespace, not once per Event.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from shared.kube.errors import KubeError, NotFound
+from shared.kube.errors import Forbidden, KubeError, NotFound
 from shared.kube.objects import kube_time
 from shared.kube.resources import EVENTS, RESOURCE_BY_KIND, ObjectKey
 from shared.kube.writer import ApiWriter, best_effort_writes
@@ -55,6 +57,18 @@ class _Seen:
     count: int
 
 
+#: Seconds during which no Event is written into a namespace that answered "being terminated".
+TERMINATING_SKIP = 300.0
+
+
+def namespace_terminating(exc: KubeError) -> bool:
+    """A 403 because the namespace is being terminated (the NamespaceLifecycle admission plugin)."""
+    if not isinstance(exc, Forbidden):
+        return False
+    causes = exc.details.causes if exc.details is not None else []
+    return any(c.reason == "NamespaceTerminating" for c in causes) or "because it is being terminated" in exc.message
+
+
 def event_name(object_name: str, now_ns: int) -> str:
     """client-go's Event name: ``<object>.<hex unix nanos>`` (pure)."""
     return f"{object_name}.{now_ns:x}"
@@ -70,6 +84,8 @@ class EventRecorder:
         self.timeout = timeout
         self._seen: OrderedDict[tuple[Any, ...], _Seen] = OrderedDict()
         self._cache_size = cache_size
+        # namespace -> monotonic time until which its Events are skipped (terminating namespaces)
+        self._terminating: OrderedDict[str, float] = OrderedDict()
 
     async def event(self, obj: Any, type: EventType | str, reason: str, message: str) -> None:
         """Record an Event about ``obj`` (typed object or :class:`InvolvedObject`)."""
@@ -78,10 +94,26 @@ class EventRecorder:
         key = (involved, etype, reason, message)
         now = datetime.now(UTC)
         seen = self._seen.get(key)
+        if self._terminating.get(involved.namespace, 0.0) > time.monotonic():
+            return
         try:
             with best_effort_writes():
                 await self._write(involved, key, seen, etype, reason, message, now)
         except KubeError as exc:
+            if namespace_terminating(exc):
+                first = involved.namespace not in self._terminating
+                self._terminating[involved.namespace] = time.monotonic() + TERMINATING_SKIP
+                self._terminating.move_to_end(involved.namespace)
+                while len(self._terminating) > self._cache_size:
+                    self._terminating.popitem(last=False)
+                if first:
+                    log.info(
+                        "namespace is being terminated; no events are recorded in it",
+                        namespace=involved.namespace,
+                        name=involved.name,
+                        reason=reason,
+                    )
+                return
             log.warning(
                 "could not record event",
                 namespace=involved.namespace,

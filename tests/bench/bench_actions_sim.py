@@ -17,6 +17,7 @@ from services.embedded.actions_sim.runner_agent import run_runner
 from services.embedded.actions_sim.views import SimSettings
 from tests.bench.table import Table
 from tests.fixtures.actions_sim import ActionsSim, start_actions_sim
+from tests.support.eventually import eventually
 
 
 class _Api:
@@ -78,18 +79,20 @@ async def _wake_latency(api: _Api, rounds: int) -> list[float]:
     _, session = await api.scale_set_and_session("latency")
     latencies: list[float] = []
     last = 0
+
+    async def poll(after: int, got: list[dict]) -> None:
+        message = await api.poll(session, after)
+        if message:
+            got.append(message)
+
+    async def poll_in_flight() -> bool:
+        return bool((await api.sim.control.sessions())[0].polls_in_flight)
+
     for _ in range(rounds):
         got: list[dict] = []
-
-        async def poll() -> None:
-            message = await api.poll(session, last)
-            if message:
-                got.append(message)
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(poll)
-            while not (await api.sim.control.sessions())[0].polls_in_flight:
-                await anyio.sleep(0.001)
+            tg.start_soon(poll, last, got)
+            await eventually(poll_in_flight, timeout=10, interval=0.001, what="the poll held by the service")
             started = time.perf_counter()
             await api.sim.control.enqueue_jobs(labels=["latency"])
         latencies.append(time.perf_counter() - started)

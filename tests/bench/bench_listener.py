@@ -26,6 +26,7 @@ from shared.log import configure_logging
 from tests.bench.table import Table
 from tests.fixtures.actions_sim import ActionsSim, start_actions_sim
 from tests.fixtures.nats import NatsServer, _free_port
+from tests.support.eventually import eventually
 
 
 def _config(sim: ActionsSim, nats_url: str, scale_set_id: int, *, lease_ttl: float, max_runners: int) -> ListenerConfig:
@@ -115,9 +116,11 @@ async def _bench(quick: bool) -> Table:
                         "",
                         "ms",
                     )
-                    with anyio.fail_after(120):
-                        while not all(m.acked for m in await sim.control.messages(scale_set.id)):
-                            await anyio.sleep(0.005)
+
+                    async def all_acked() -> bool:
+                        return all(m.acked for m in await sim.control.messages(scale_set.id))
+
+                    await eventually(all_acked, timeout=120, interval=0.005, what="every message acked")
                     done = time.monotonic()
                     batches = len(await sim.control.messages(scale_set.id))
                     table.add(
@@ -132,9 +135,9 @@ async def _bench(quick: bool) -> Table:
                     # 3. HA: crash the leader, measure until the standby's first desired state
                     standby = Listener(cfg, owner="bench-b")
                     await tg.start(standby.run)
-                    with anyio.fail_after(30):
-                        while standby.health.role.value != "standby":
-                            await anyio.sleep(0.01)
+                    await eventually(
+                        lambda: standby.health.role.value == "standby", timeout=30, interval=0.01, what="a standby"
+                    )
                     t0 = time.monotonic()
                     old_epoch = leader.epoch
                     leader.crash()

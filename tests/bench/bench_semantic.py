@@ -37,7 +37,9 @@ def _subset(desired: Any, live: Any) -> bool:
         return isinstance(live, dict) and all(_subset(v, live.get(k)) for k, v in desired.items())
     if isinstance(desired, list):
         return (
-            isinstance(live, list) and len(desired) <= len(live) and all(_subset(d, l) for d, l in zip(desired, live))
+            isinstance(live, list)
+            and len(desired) <= len(live)
+            and all(_subset(d, v) for d, v in zip(desired, live, strict=False))
         )
     return desired == live
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import anyio
 import pytest
 from prometheus_client import REGISTRY
 
 from shared.bus.settings import BusSettings
+from tests.support.eventually import eventually
 
 
 @pytest.fixture
@@ -31,14 +31,8 @@ async def wait_for(
     interval: float = 0.01,
     describe: Callable[[], object] | None = None,
 ) -> None:
-    """Poll ``condition`` until true; fail the test after ``timeout`` seconds, saying what was seen."""
-    try:
-        with anyio.fail_after(timeout):
-            while not condition():
-                await anyio.sleep(interval)
-    except TimeoutError:
-        seen = f"; last seen: {describe()!r}" if describe is not None else ""
-        raise AssertionError(f"condition not met within {timeout}s{seen}") from None
+    """:func:`tests.support.eventually.eventually` with this directory's defaults."""
+    await eventually(condition, timeout=timeout, interval=interval, describe=describe)
 
 
 def metric(name: str, **labels: str) -> float:

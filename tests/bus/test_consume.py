@@ -9,6 +9,7 @@ from shared.bus import Bus, Delivery, subjects
 from shared.bus.messages import subject_for
 from shared.bus.subjects import ConsumerSpec, DeliverFrom
 from tests.bus.conftest import metric, wait_for
+from tests.support.eventually import eventually
 from tests.unit.test_bus_messages import samples
 
 pytestmark = pytest.mark.anyio
@@ -81,9 +82,7 @@ async def test_malformed_and_unknown_version_messages_are_terminated_counted_and
                 info = await bus.js.consumer_info(ALL_DESIRED.stream, ALL_DESIRED.durable)
                 return info.num_pending == 0 and info.num_ack_pending == 0
 
-            with anyio.fail_after(5):
-                while not await settled():
-                    await anyio.sleep(0.02)
+            await eventually(settled, timeout=5, interval=0.02, what="the consumer settled")
             tg.cancel_scope.cancel()
     assert [d.stream_sequence for d in seen] == [good.sequence]
     assert (
@@ -232,5 +231,5 @@ async def test_a_lone_message_reaches_an_idle_consumer_without_waiting_for_the_p
         tg.start_soon(lambda: bus.consume(ALL_DESIRED, handler, fetch_timeout=30.0))
         for n in range(1, 4):
             await bus.publish(msgspec.structs.replace(samples()[0], patch_id=n))
-            await wait_for(lambda: len(seen) == n, timeout=5)
+            await wait_for(lambda n=n: len(seen) == n, timeout=5)
         tg.cancel_scope.cancel()

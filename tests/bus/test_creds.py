@@ -50,6 +50,6 @@ def test_creds_without_the_nkeys_package_is_a_settings_error(creds_file, without
 
 async def test_connect_with_creds_but_no_nkeys_fails_before_connecting(creds_file, without_nkeys, nats_server) -> None:
     settings = BusSettings(nats_urls=(nats_server.url,), creds_file=str(creds_file), connect_timeout=1.0)
-    with pytest.raises(SettingsError, match="RUNNERSCALE_NATS_CREDS.*nkeys"):
+    with pytest.raises(SettingsError, match=r"RUNNERSCALE_NATS_CREDS.*nkeys"):
         async with Bus.connect(settings):
             pass

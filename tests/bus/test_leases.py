@@ -86,23 +86,25 @@ async def test_change_callbacks_and_held_follow_ownership(bus_settings) -> None:
     async def on_change(change) -> None:
         changes.append(change)
 
-    async with Bus.connect(bus_settings) as bus:
-        async with ShardOwnership.join(bus, "runner", replica_id="solo", on_change=on_change) as shards:
-            await wait_for(lambda: len(shards.owned_shards()) == SHARDS)
-            key = resource_key("ns", "runner-1")
-            async with shards.held(key):
-                shards.check(key)
-            async with ShardOwnership.join(bus, "runner", replica_id="other") as other:
-                await wait_for(
-                    lambda: len(shards.owned_shards()) == SHARDS // 2 and len(other.owned_shards()) == SHARDS // 2
-                )
-                not_mine = next(f"ns/r-{i}" for i in range(1000) if not shards.owns(f"ns/r-{i}"))
-                with pytest.raises(NotOwner, match=not_mine):
-                    async with shards.held(not_mine):
-                        raise AssertionError("the block must not run")
-                with pytest.raises(NotOwner):
-                    shards.check(not_mine)
-            await wait_for(lambda: len(shards.owned_shards()) == SHARDS)
+    async with (
+        Bus.connect(bus_settings) as bus,
+        ShardOwnership.join(bus, "runner", replica_id="solo", on_change=on_change) as shards,
+    ):
+        await wait_for(lambda: len(shards.owned_shards()) == SHARDS)
+        key = resource_key("ns", "runner-1")
+        async with shards.held(key):
+            shards.check(key)
+        async with ShardOwnership.join(bus, "runner", replica_id="other") as other:
+            await wait_for(
+                lambda: len(shards.owned_shards()) == SHARDS // 2 and len(other.owned_shards()) == SHARDS // 2
+            )
+            not_mine = next(f"ns/r-{i}" for i in range(1000) if not shards.owns(f"ns/r-{i}"))
+            with pytest.raises(NotOwner, match=not_mine):
+                async with shards.held(not_mine):
+                    raise AssertionError("the block must not run")
+            with pytest.raises(NotOwner):
+                shards.check(not_mine)
+        await wait_for(lambda: len(shards.owned_shards()) == SHARDS)
     gained = [s for c in changes for s in c.gained]
     lost = [s for c in changes for s in c.lost]
     assert len(lost) == SHARDS // 2  # handed to "other" when it joined...

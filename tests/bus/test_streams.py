@@ -52,7 +52,7 @@ async def test_a_sessions_bucket_with_a_ttl_is_a_startup_error(bus_settings, nat
         )
     finally:
         await nc.close()
-    with pytest.raises(BusConfigConflict, match="runnerscale_listener_sessions.*ttl"):
+    with pytest.raises(BusConfigConflict, match=r"runnerscale_listener_sessions.*ttl"):
         async with Bus.connect(bus_settings):
             pass
 
@@ -88,7 +88,7 @@ async def test_a_stream_with_other_subjects_is_a_startup_error(bus_settings, nat
         await js.add_stream(name=subjects.DESIRED_STREAM.name, subjects=["somebody.else.>"])
     finally:
         await nc.close()
-    with pytest.raises(BusConfigConflict, match="RUNNERSCALE_DESIRED.*subjects"):
+    with pytest.raises(BusConfigConflict, match=r"RUNNERSCALE_DESIRED.*subjects"):
         async with Bus.connect(bus_settings):
             pass
 
@@ -152,7 +152,7 @@ async def test_an_error_inside_the_blocks_propagates_as_itself(bus_settings) -> 
 
 async def test_clustered_replicas_on_a_single_server_are_refused_clearly(bus_settings) -> None:
     three = msgspec.structs.replace(bus_settings, stream_replicas=3)
-    with pytest.raises(BusConfigConflict, match="(?i)replica"):
+    with pytest.raises(BusConfigConflict, match=r"(?i)replica"):
         async with Bus.connect(three):
             pass
 

@@ -7,6 +7,8 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.support.eventually import eventually
+
 from .conftest import GROUP, widget
 
 pytestmark = pytest.mark.anyio
@@ -96,9 +98,7 @@ async def test_informer_converges_after_compaction_and_cuts(kube_client, namespa
                     await control.cut_watches_async()
         truth = await api.list_namespaced_custom_object(GROUP, "v1", namespace, "widgets")
         expected = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in truth["items"]}
-        with anyio.fail_after(20):
-            while cache != expected:
-                await anyio.sleep(0.05)  # waiting for convergence under a deadline
+        await eventually(lambda: cache == expected, timeout=20, what="the cache converged", describe=lambda: cache)
         stop.set()
         await control.cut_watches_async()
     assert len(expected) == 66

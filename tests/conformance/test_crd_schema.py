@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 from kubernetes_asyncio import client
 
 from .conftest import Http, widget, widgets
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.anyio
 
@@ -78,8 +81,8 @@ async def test_field_validation_modes(kube_api, namespace: str) -> None:
 
 
 async def test_arc_crds_install_established(http: Http) -> None:
-    crd_dir = Path(__file__).resolve().parents[2] / "deploy" / "crds"
-    assert any(crd_dir.glob("*.yaml")), "deploy/crds/ has no CRDs"
+    crd_dir = anyio.Path(REPO / "deploy" / "crds")
+    assert [p async for p in crd_dir.glob("*.yaml")], "deploy/crds/ has no CRDs"
     for name in ("autoscalingrunnersets", "ephemeralrunnersets", "ephemeralrunners", "autoscalinglisteners"):
         status, crd = await http.get(
             f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}.actions.github.com"
@@ -105,9 +108,9 @@ async def test_arc_samples_are_accepted_without_unknown_fields(kube_api, namespa
     import aiohttp
     import yaml
 
-    path = Path(__file__).resolve().parents[2] / "tests" / "data" / "arc" / sample
-    assert path.exists(), f"tests/data/arc/{sample} is missing"
-    doc = yaml.safe_load(path.read_text())
+    path = anyio.Path(REPO / "tests" / "data" / "arc" / sample)
+    assert await path.exists(), f"tests/data/arc/{sample} is missing"
+    doc = yaml.safe_load(await path.read_text())
     doc["metadata"]["namespace"] = namespace
     for k in ("uid", "resourceVersion", "creationTimestamp", "generation", "ownerReferences"):
         doc["metadata"].pop(k, None)

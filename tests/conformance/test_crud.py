@@ -339,9 +339,9 @@ async def test_order_of_errors(http: Http, namespace: str) -> None:
     obj = await http.create(widgets(namespace), widget("order", replicas=1))
     await http.patch(widgets(namespace, "order"), {"spec": {"replicas": 2}})
     obj["spec"]["replicas"] = "not a number"  # stale RV and invalid content: the RV check wins
-    status, body = await http.put(widgets(namespace, "order"), obj)
+    status, _ = await http.put(widgets(namespace, "order"), obj)
     assert status == 409
-    status, body = await http.patch(
+    status, _ = await http.patch(
         widgets(namespace, "absent"), [{"op": "remove", "path": "/nope"}], "application/json-patch+json"
     )
     assert status == 404

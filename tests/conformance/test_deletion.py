@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from tests.fixtures.apiserver import OWNED_LABEL, KubeApi, release_and_delete_namespace
+from tests.support.eventually import eventually
 
 from .conftest import GROUP, Http, core, widget, widgets
 
@@ -16,9 +17,14 @@ HOLD = "test.runnerscale.dev/hold"
 
 
 async def wait_gone(http: Http, path: str, timeout: float = 10) -> None:
-    with anyio.fail_after(timeout):
-        while (await http.get(path))[0] != 404:
-            await anyio.sleep(0.02)  # polling a condition under a deadline
+    async def gone() -> bool:
+        return (await http.get(path))[0] == 404
+
+    await eventually(gone, timeout=timeout, interval=0.02, what=f"{path} gone")
+
+
+async def deletion_timestamp(http: Http, path: str) -> str | None:
+    return (await http.get(path))[1]["metadata"].get("deletionTimestamp")
 
 
 async def wait_found(http: Http, path: str, timeout: float = 30) -> None:
@@ -92,7 +98,7 @@ async def test_delete_with_finalizer_marks_then_removal_deletes(http: Http, name
     assert status == 200 and same["metadata"]["deletionTimestamp"] == obj["metadata"]["deletionTimestamp"]
     got["metadata"]["finalizers"] = []
     got["metadata"]["resourceVersion"] = same["metadata"]["resourceVersion"]
-    status, resp = await http.put(widgets(namespace, "f"), got)
+    status, _resp = await http.put(widgets(namespace, "f"), got)
     assert status == 200
     status, _ = await http.get(widgets(namespace, "f"))
     assert status == 404
@@ -136,9 +142,7 @@ async def test_background_gc_deletes_dependents(http: Http, namespace: str) -> N
     await http.delete(widgets(namespace, "owner"))
     assert (await http.get(widgets(namespace, "owner")))[0] == 404  # owner gone at once
     await wait_gone(http, core(namespace, "configmaps", "dep"))
-    with anyio.fail_after(10):
-        while not (await http.get(widgets(namespace, "held")))[1]["metadata"].get("deletionTimestamp"):
-            await anyio.sleep(0.02)
+    await eventually(lambda: deletion_timestamp(http, widgets(namespace, "held")), timeout=10, interval=0.02)
     await http.patch(widgets(namespace, "held"), {"metadata": {"finalizers": None}})
     await wait_gone(http, widgets(namespace, "held"))
 
@@ -150,9 +154,7 @@ async def test_foreground_deletion_waits_for_blocking_dependents(http: Http, nam
     await http.create(widgets(namespace), body)
     status, marked = await http.delete(widgets(namespace, "fg"), propagationPolicy="Foreground")
     assert status == 200 and "foregroundDeletion" in marked["metadata"]["finalizers"]
-    with anyio.fail_after(10):
-        while not (await http.get(widgets(namespace, "child")))[1]["metadata"].get("deletionTimestamp"):
-            await anyio.sleep(0.02)
+    await eventually(lambda: deletion_timestamp(http, widgets(namespace, "child")), timeout=10, interval=0.02)
     assert (await http.get(widgets(namespace, "fg")))[0] == 200  # still blocked by the child
     await http.patch(widgets(namespace, "child"), {"metadata": {"finalizers": None}})
     await wait_gone(http, widgets(namespace, "fg"))
@@ -173,9 +175,11 @@ async def test_two_owners_one_deleted(http: Http, namespace: str) -> None:
     b = await http.create(widgets(namespace), widget("ob"))
     await http.create(core(namespace, "configmaps"), {"metadata": {"name": "two", "ownerReferences": [ref(a), ref(b)]}})
     await http.delete(widgets(namespace, "oa"))
-    with anyio.fail_after(10):
-        while len((await http.get(core(namespace, "configmaps", "two")))[1]["metadata"]["ownerReferences"]) != 1:
-            await anyio.sleep(0.02)
+
+    async def one_owner_left() -> bool:
+        return len((await http.get(core(namespace, "configmaps", "two")))[1]["metadata"]["ownerReferences"]) == 1
+
+    await eventually(one_owner_left, timeout=10, interval=0.02, what="one owner reference left")
     _, cm = await http.get(core(namespace, "configmaps", "two"))
     assert cm["metadata"]["ownerReferences"][0]["name"] == "ob"
 

@@ -44,11 +44,13 @@ async def test_injected_429_has_retry_after(kube_api, namespace: str, control) -
     import aiohttp
 
     control.add_fault(FaultRule(action="error", code=429, verb="list", resource="configmaps", retry_after_seconds=2))
-    async with aiohttp.ClientSession() as s:
-        async with s.get(f"{kube_api.url}/api/v1/namespaces/{namespace}/configmaps") as resp:
-            body = await resp.json()
-            assert resp.status == 429 and resp.headers["Retry-After"] == "2"
-            assert body["reason"] == "TooManyRequests" and body["details"]["retryAfterSeconds"] == 2
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(f"{kube_api.url}/api/v1/namespaces/{namespace}/configmaps") as resp,
+    ):
+        body = await resp.json()
+        assert resp.status == 429 and resp.headers["Retry-After"] == "2"
+        assert body["reason"] == "TooManyRequests" and body["details"]["retryAfterSeconds"] == 2
 
 
 async def test_injected_500_through_the_client(kube_client, namespace: str, control) -> None:

@@ -39,7 +39,9 @@ class Kubectl:
         ]
 
     def __call__(self, *args: str, stdin: str | None = None, timeout: float = 30) -> str:
-        proc = subprocess.run([*self.base, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [*self.base, *args], input=stdin, check=False, capture_output=True, text=True, timeout=timeout
+        )
         assert proc.returncode == 0, f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}"
         return proc.stdout
 
@@ -191,7 +193,11 @@ def test_kubectl_workflow(kube_api: KubeApi, namespace: str, tmp_path: Path) -> 
     assert deleter.returncode == 0, err
     assert 'autoscalingrunnerset.actions.github.com "minimal" deleted' in out
     gone = subprocess.run(
-        [*k.base, "-n", namespace, "get", "autoscalingrunnerset", "minimal"], capture_output=True, text=True, timeout=30
+        [*k.base, "-n", namespace, "get", "autoscalingrunnerset", "minimal"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert gone.returncode != 0 and "NotFound" in gone.stderr
 
@@ -256,4 +262,6 @@ def test_kubectl_create_generators_send_protobuf(kube_api: KubeApi, namespace: s
         assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"}
         assert rb["subjects"] == [{"kind": "ServiceAccount", "name": "runner", "namespace": ns}]
     finally:
-        subprocess.run([*k.base, "delete", "namespace", ns, "--wait=false"], capture_output=True, timeout=30)
+        subprocess.run(
+            [*k.base, "delete", "namespace", ns, "--wait=false"], check=False, capture_output=True, timeout=30
+        )

@@ -277,12 +277,10 @@ async def test_smp_patch_directives(http: Http, namespace: str) -> None:
 async def test_smp_owner_references_merge_by_uid(http: Http, namespace: str) -> None:
     o1 = await http.create(core(namespace, "configmaps"), {"metadata": {"name": "o1"}})
     o2 = await http.create(core(namespace, "configmaps"), {"metadata": {"name": "o2"}})
-    ref = lambda o: {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "name": o["metadata"]["name"],
-        "uid": o["metadata"]["uid"],
-    }
+
+    def ref(o: dict) -> dict:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "name": o["metadata"]["name"], "uid": o["metadata"]["uid"]}
+
     await http.create(core(namespace, "configmaps"), {"metadata": {"name": "dep", "ownerReferences": [ref(o1)]}})
     _, obj = await http.patch(
         core(namespace, "configmaps", "dep"),

@@ -70,6 +70,7 @@ def test_apiserver_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
                 "--kubeconfig-out",
                 str(tmp_path / "kc"),
             ],
+            check=False,
             capture_output=True,
             text=True,
             timeout=30,
@@ -81,6 +82,10 @@ def test_apiserver_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv", [["--port", "0"], ["--bogus"]])
 def test_apiserver_bad_arguments(argv: list[str]) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "apiserver", *argv], capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "shared.cli", "apiserver", *argv],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 2 and "usage" in proc.stderr

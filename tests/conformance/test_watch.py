@@ -9,6 +9,8 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.support.eventually import eventually
+
 from .conftest import GROUP, Http, core, watch_lines, widget, widgets
 
 pytestmark = pytest.mark.anyio
@@ -357,9 +359,13 @@ async def test_client_disconnect_releases_the_watch(http: Http, namespace: str, 
     before = (await control.state_async())["open_watches"]
     async with http.session.get(http.base + widgets(namespace), params={"watch": "true"}) as resp:
         assert resp.status == 200
-        with anyio.fail_after(5):
-            while (await control.state_async())["open_watches"] <= before:
-                await anyio.sleep(0.02)
-    with anyio.fail_after(10):
-        while (await control.state_async())["open_watches"] > before:
-            await anyio.sleep(0.05)  # the server notices the disconnect and drops the watcher
+
+        async def opened() -> bool:
+            return bool((await control.state_async())["open_watches"] > before)
+
+        await eventually(opened, timeout=5, interval=0.02, what="the watch open")
+
+    async def released() -> bool:  # the server notices the disconnect and drops the watcher
+        return bool((await control.state_async())["open_watches"] <= before)
+
+    await eventually(released, timeout=10, what="the watch released")

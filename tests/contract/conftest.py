@@ -41,12 +41,7 @@ async def endpoint_calls(sim: object, endpoint: str) -> list[object]:
 
 
 async def wait_for(predicate, *, timeout: float = 5.0, interval: float = 0.02):  # type: ignore[no-untyped-def]
-    """Poll an async predicate until it returns a truthy value, failing after ``timeout``."""
-    import anyio
+    """:func:`tests.support.eventually.eventually` with this directory's defaults."""
+    from tests.support.eventually import eventually
 
-    with anyio.fail_after(timeout):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await anyio.sleep(interval)
+    return await eventually(predicate, timeout=timeout, interval=interval)

@@ -10,6 +10,7 @@ import pytest
 
 from shared.actions import MessageSessionClient
 from tests.contract.conftest import endpoint_calls, pat_client
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -40,10 +41,12 @@ async def test_message_arriving_during_the_poll_is_returned_immediately(actions_
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(poll)
+
                 # wait until the poll is being held by the service, then enqueue
-                with anyio.fail_after(5):
-                    while not any(s.polls_in_flight for s in await actions_sim.control.sessions()):
-                        await anyio.sleep(0.02)
+                async def poll_held() -> bool:
+                    return any(s.polls_in_flight for s in await actions_sim.control.sessions())
+
+                await eventually(poll_held, timeout=5, interval=0.02, what="the poll held by the service")
                 enqueued_at = time.monotonic()
                 await actions_sim.control.enqueue_jobs(count=1, labels=["wake"])
             message, returned_at = result

@@ -26,6 +26,8 @@ REQUIRED = {
     "RunnerscaleBusConsumerLag": "runnerscale_bus_delivery_latency_seconds_bucket",
     "RunnerscaleRunnersBelowDesired": "runnerscale_runner_set_desired_replicas",
     "RunnerscaleScaleSetMissingAtService": "runnerscale_scale_set_registrations_total",
+    # issue 11: the runner-set worker's own maxRunners guard fired (someone published above it)
+    "RunnerscaleDesiredAboveMaxRunners": "runnerscale_runner_set_max_runners_clamped_total",
 }
 
 

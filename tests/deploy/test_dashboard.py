@@ -93,6 +93,7 @@ def test_failure_budget_metrics_have_their_own_panels() -> None:
         "runnerscale_runner_set_failure_backoffs_total",
         "runnerscale_runner_set_failed_runners_replaced_total",
         "runnerscale_runner_failures_total",
+        "runnerscale_runner_set_max_runners_clamped_total",
     ):
         assert family in on_panel, family
 

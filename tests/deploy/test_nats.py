@@ -32,13 +32,13 @@ def test_config_is_valid_for_nats_server(tmp_path: Path) -> None:
     conf.write_text(nats_conf())
     env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": "nats-0", "NATS_TOKEN": TOKEN}
     ok = subprocess.run(
-        [nats_server_binary(), "-t", "-c", str(conf)], capture_output=True, text=True, env=env, timeout=30
+        [nats_server_binary(), "-t", "-c", str(conf)], check=False, capture_output=True, text=True, env=env, timeout=30
     )
     assert ok.returncode == 0, ok.stderr + ok.stdout
     # The token really comes from the environment (the Secret): without it the config is refused.
     env.pop("NATS_TOKEN")
     bad = subprocess.run(
-        [nats_server_binary(), "-t", "-c", str(conf)], capture_output=True, text=True, env=env, timeout=30
+        [nats_server_binary(), "-t", "-c", str(conf)], check=False, capture_output=True, text=True, env=env, timeout=30
     )
     assert bad.returncode != 0 and "NATS_TOKEN" in bad.stderr + bad.stdout
 
@@ -89,7 +89,7 @@ def nats_cluster(tmp_path: Path) -> Iterator[list[str]]:
                 )
             )
         deadline = time.monotonic() + 20
-        for (client, _, _), proc in zip(ports, procs):
+        for (client, _, _), proc in zip(ports, procs, strict=True):
             _wait_port(client, proc, deadline)
         yield [f"nats://127.0.0.1:{client}" for client, _, _ in ports]
     finally:
@@ -119,7 +119,7 @@ def test_bus_setup_job_on_the_deployed_nats_cluster(nats_cluster: list[str]) -> 
     # each attempt bounded by RUNNERSCALE_NATS_CONNECT_TIMEOUT.
     deadline = time.monotonic() + 40
     while True:
-        result = subprocess.run([RUNNERSCALE, *args], capture_output=True, text=True, env=env, timeout=60)
+        result = subprocess.run([RUNNERSCALE, *args], check=False, capture_output=True, text=True, env=env, timeout=60)
         if result.returncode == 0 or time.monotonic() > deadline:
             break
         time.sleep(0.5)  # retry backoff of a failed attempt (as the Job's restarts), not synchronisation
@@ -129,10 +129,11 @@ def test_bus_setup_job_on_the_deployed_nats_cluster(nats_cluster: list[str]) -> 
     assert set(out["streams"]) == {s.name for s in subjects.STREAMS} | {f"KV_{b}" for b in subjects.BUCKETS}
 
     # Idempotent (an upgrade re-runs the Job), and a wrong token is refused.
-    again = subprocess.run([RUNNERSCALE, *args], capture_output=True, text=True, env=env, timeout=60)
+    again = subprocess.run([RUNNERSCALE, *args], check=False, capture_output=True, text=True, env=env, timeout=60)
     assert again.returncode == 0, again.stderr
     wrong = subprocess.run(
         [RUNNERSCALE, *args],
+        check=False,
         capture_output=True,
         text=True,
         env={**env, "RUNNERSCALE_NATS_TOKEN": "wrong", "RUNNERSCALE_NATS_CONNECT_TIMEOUT": "2"},

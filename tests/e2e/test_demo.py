@@ -54,6 +54,15 @@ def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path, kube_api
     # The listener's desired state was seen on the bus, and it reached min+jobs capped at max.
     desired = [int(m) for m in re.findall(r"desired=(\d+) patchId=", out)]
     assert desired and max(desired) == 4 and desired[-1] == 1
+    # The closing summary: 4 jobs, both latencies sampled for every job, writes per runner.
+    assert "summary: 4 job(s) run on " in out
+    assert re.search(r"job queued -> runner Running: +p50 [\d.]+s  p99 [\d.]+s  \(n=4\)", out), out
+    assert re.search(r"job finished -> runner removed: p50 [\d.]+s  p99 [\d.]+s  \(n=4\)", out), out
+    if target:
+        assert "API writes per runner: n/a" in out
+    else:
+        per_runner = re.search(r"API writes per runner: ([\d.]+) \(", out)
+        assert per_runner and 0 < float(per_runner.group(1)) < 100, out
     if target:
         assert "ok: the workers removed the scale set and everything it owned" in out
         assert "ok: cleaned up the cluster" in out

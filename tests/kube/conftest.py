@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import anyio
 import pytest
 
 from shared.api import EphemeralRunnerSet, EphemeralRunnerSetSpec, EphemeralRunnerSpec, ObjectMeta, OwnerReference
 from shared.kube import ApiReader, ApiWriter, KubeClient
 from tests.fixtures.apiserver import KubeApi
+from tests.support.eventually import eventually as support_eventually
 
 
 @pytest.fixture
@@ -74,14 +74,5 @@ def pod(namespace: str, name: str, owner: Any = None, labels: dict[str, str] | N
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Wait until ``check()`` returns a truthy value (re-checked every 20 ms) or fail after ``timeout``."""
-    last: Any = None
-    try:
-        with anyio.fail_after(timeout):
-            while True:
-                last = check()
-                if last:
-                    return last
-                await anyio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})") from None
+    """:func:`tests.support.eventually.eventually` with this directory's defaults (every 20 ms, 10 s)."""
+    return await support_eventually(check, timeout=timeout, interval=0.02, what=what)

@@ -81,3 +81,26 @@ async def test_recording_failures_are_swallowed(
     assert (await reader.list(EVENTS, namespace=namespace)).items == []
     await recorder.warning(who, "Boom", "lost")
     assert [e.count for e in (await reader.list(EVENTS, namespace=namespace)).items] == [1]
+
+
+async def test_a_terminating_namespace_gets_one_refused_write_then_none(
+    control: Any, reader: ApiReader, writer: ApiWriter, namespace: str
+) -> None:
+    """403 "being terminated": the recorder stops writing into that namespace (one log line), instead
+    of one refused write and one warning per Event, forever (issue 11)."""
+    control.add_fault(
+        action="error",
+        code=403,
+        verb="create",
+        resource="events",
+        namespace=namespace,
+        times=0,
+        message=f"unable to create new content in namespace {namespace} because it is being terminated",
+    )
+    control.reset_request_counts()
+    recorder = EventRecorder(writer, "w")
+    for i in range(5):
+        await recorder.warning(InvolvedObject("v1", "Pod", namespace, f"p{i}"), "Boom", f"lost {i}")
+    creates = [c["count"] for c in control.request_counts() if c["resource"] == "events" and c["verb"] == "create"]
+    assert creates == [1]
+    control.clear_faults()

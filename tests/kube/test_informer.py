@@ -40,9 +40,7 @@ async def converged(informer: Informer[Any], reader: ApiReader, namespace: str) 
 
 
 async def wait_converged(informer: Informer[Any], reader: ApiReader, namespace: str, timeout: float = 15.0) -> None:
-    with anyio.fail_after(timeout):
-        while not await converged(informer, reader, namespace):
-            await anyio.sleep(0.05)
+    await eventually(lambda: converged(informer, reader, namespace), timeout=timeout, what="the informer converged")
 
 
 def test_stale_event_detection_is_numeric() -> None:

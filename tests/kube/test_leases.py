@@ -34,6 +34,7 @@ from shared.kube.leases import (
 )
 from tests.bus.replicas import OwnershipMonitor
 from tests.fixtures.apiserver import KubeApi
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -49,14 +50,8 @@ def handover_bound(timing: LeaseTiming = TIMING) -> float:
 async def wait_for(
     condition: Callable[[], object], timeout: float = 10.0, describe: Callable[[], object] | None = None
 ) -> None:
-    """Poll ``condition`` every 10 ms until true; fail the test after ``timeout`` saying what was seen."""
-    try:
-        with anyio.fail_after(timeout):
-            while not condition():
-                await anyio.sleep(0.01)
-    except TimeoutError:
-        seen = f"; last seen: {describe()!r}" if describe is not None else ""
-        raise AssertionError(f"condition not met within {timeout}s{seen}") from None
+    """:func:`tests.support.eventually.eventually`, re-checked every 10 ms."""
+    await eventually(condition, timeout=timeout, interval=0.01, describe=describe)
 
 
 class Replica:
@@ -508,9 +503,11 @@ async def test_racing_replicas_never_create_an_object_twice_when_one_dies_mid_fl
         crashed_at = time.monotonic()
         crasher.crash()  # cancelled mid-flight, leases not released
         await zombie.cut_off()  # its worker keeps running and writing; its renewals fail
-        with anyio.fail_after(handover_bound() * 2 + 15):
-            while await server_objects() < len(keys):
-                await anyio.sleep(0.05)
+
+        async def all_created() -> bool:
+            return await server_objects() >= len(keys)
+
+        await eventually(all_created, timeout=handover_bound() * 2 + 15, what="every key's object created")
         finished_after = time.monotonic() - crashed_at
         tg.cancel_scope.cancel()
     print(f"race: all keys created {finished_after:.2f}s after the crash; refusals={len(refused)}")
@@ -679,7 +676,9 @@ async def test_kubectl_get_leases_shows_the_holders(kube_api: KubeApi, namespace
             "-l",
             f"{GROUP_LABEL}={group}",
         ]
-        out = await anyio.to_thread.run_sync(lambda: subprocess.run(argv, capture_output=True, text=True, timeout=30))
+        out = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(argv, check=False, capture_output=True, text=True, timeout=30)
+        )
         tg.cancel_scope.cancel()
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import anyio
 import pytest
 from aiohttp import web
 
@@ -27,6 +26,7 @@ from shared.kube import (
     ObjectKey,
     retry_on_conflict,
 )
+from tests.support.eventually import eventually
 
 from .conftest import ers, pod
 
@@ -359,9 +359,11 @@ async def test_delete_propagation_policy_is_sent(reader: ApiReader, writer: ApiW
         await writer.remove_finalizer(SECRETS, live_child, "runnerscale.test/hold")
 
     await retry_on_conflict(release_child)
-    with anyio.fail_after(20):  # the garbage collector is asynchronous
-        while await reader.get_or_none(EPHEMERAL_RUNNER_SETS, f"{namespace}/owner") is not None:
-            await anyio.sleep(0.05)
+
+    async def owner_gone() -> bool:  # the garbage collector is asynchronous
+        return await reader.get_or_none(EPHEMERAL_RUNNER_SETS, f"{namespace}/owner") is None
+
+    await eventually(owner_gone, timeout=20, what="the owner deleted")
     assert await reader.get_or_none(SECRETS, f"{namespace}/child") is None
 
 

@@ -10,6 +10,7 @@ and listeners running in-process as anyio tasks.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,8 @@ from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus import Bus
 from shared.bus import messages as busmsg
 from shared.listener_config import ListenerConfig, bus_settings, parse_config
+from tests.scenario.conftest import github_secret, kube, worker_settings  # noqa: F401 - scenario fixtures, shared here
+from tests.support.eventually import eventually
 
 SCALE_SET_NAME = "arc-runners"
 NAMESPACE = "arc-systems"
@@ -92,12 +95,7 @@ class BusTap:
     completed: list[busmsg.JobCompleted] = field(default_factory=list)
 
     async def wait_for(self, predicate: Callable[[BusTap], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-        with anyio.fail_after(timeout):
-            while True:
-                result = predicate(self)
-                if result:
-                    return result
-                await anyio.sleep(0.02)  # polling a condition under a deadline
+        return await eventually(lambda: predicate(self), timeout=timeout, interval=0.02, what=what)
 
 
 @pytest.fixture
@@ -124,20 +122,12 @@ async def bus_tap(nats_server, make_config) -> AsyncIterator[BusTap]:
         yield tap
     finally:
         for sub in subs:
-            try:
+            with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-            except Exception:
-                pass
         with anyio.move_on_after(2):
             await nc.close()
 
 
 async def wait_until(predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
-    with anyio.fail_after(timeout):
-        while True:
-            result = predicate()
-            if hasattr(result, "__await__"):
-                result = await result
-            if result:
-                return result
-            await anyio.sleep(0.05)  # polling a condition under a deadline
+    """:func:`tests.support.eventually.eventually` with this directory's default deadline."""
+    return await eventually(predicate, timeout=timeout)

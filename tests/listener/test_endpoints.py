@@ -165,7 +165,8 @@ async def test_cli_runs_and_sigterm_deletes_the_session(actions_sim, scale_set, 
 
     path = tmp_path / "config.json"
     path.write_bytes(msgspec.json.encode(cfg))
-    proc = subprocess.Popen(
+    # Popen only forks and execs (no wait on the loop); the exit is awaited in a worker thread below.
+    proc = subprocess.Popen(  # noqa: ASYNC220
         [sys.executable, "-m", "shared.cli", "listener", "--config", str(path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -177,9 +178,7 @@ async def test_cli_runs_and_sigterm_deletes_the_session(actions_sim, scale_set, 
         sessions = await actions_sim.control.sessions()
         assert [s.owner_name for s in sessions] == ["listener-pod-0"]
         proc.send_signal(signal.SIGTERM)
-        with anyio.fail_after(20):
-            while proc.poll() is None:
-                await anyio.sleep(0.05)  # waiting for the process to exit, under a deadline
+        await anyio.to_thread.run_sync(lambda: proc.wait(timeout=20))
         stderr = proc.stderr.read().decode()
         assert proc.returncode == 0, stderr
         assert await actions_sim.control.sessions() == []

@@ -22,7 +22,7 @@ from services.runner_set.worker import WORKER as RUNNER_SET_WORKER
 from shared.worker import running_worker
 from tests.listener.conftest import start_listener
 from tests.listener.test_ha_runner_set import RunnerCensus, watch_runners
-from tests.scenario.conftest import github_secret, kube, wait_for, worker_settings  # noqa: F401 - fixtures
+from tests.scenario.conftest import wait_for
 from tests.scenario.runner_set_helpers import create_ers, runners
 from tests.scenario.test_runner_node_sim import node_sim
 
@@ -42,8 +42,8 @@ async def test_short_waves_create_one_runner_per_job(
     kube,
     kube_api,
     namespace,
-    github_secret,  # noqa: F811
-    worker_settings,  # noqa: F811
+    github_secret,
+    worker_settings,
     tmp_path,
 ):
     # The listener acknowledges a message only after publishing its effects; holding every

@@ -22,7 +22,7 @@ from services.runner_set.worker import WORKER
 from shared.kube import EPHEMERAL_RUNNERS
 from shared.worker import running_worker
 from tests.listener.conftest import start_listener
-from tests.scenario.conftest import github_secret, kube, wait_for, worker_settings  # noqa: F401 - fixtures
+from tests.scenario.conftest import wait_for
 from tests.scenario.runner_set_helpers import create_ers, fake_runner_worker
 
 pytestmark = pytest.mark.anyio
@@ -84,7 +84,7 @@ async def test_handover_during_scale_up_creates_no_duplicate_runner(
     kube,
     namespace,
     github_secret,
-    worker_settings,  # noqa: F811
+    worker_settings,
 ):
     bound = MIN_RUNNERS + JOBS
     await create_ers(

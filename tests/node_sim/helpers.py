@@ -12,6 +12,7 @@ import anyio
 
 from services.embedded.node_sim.kube import KubeRest
 from services.embedded.node_sim.node import NodeSim, NodeSimConfig
+from tests.support.eventually import eventually
 
 Obj = dict[str, Any]
 
@@ -78,39 +79,33 @@ def pod_body(
 async def wait_pod(
     kube: KubeRest, namespace: str, name: str, predicate: Callable[[Obj], bool], timeout: float = 15.0, what: str = ""
 ) -> Obj:
-    """Poll the pod until ``predicate`` holds (a bounded wait on a condition)."""
+    """The pod once ``predicate`` holds for it (:func:`tests.support.eventually.eventually`)."""
     last: Obj | None = None
-    try:
-        with anyio.fail_after(timeout):
-            while True:
-                last = await kube.get("pods", namespace, name)
-                if last is not None and predicate(last):
-                    return last
-                await anyio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(
-            f"pod {namespace}/{name}: {what or 'condition'} not reached in {timeout}s; last: {last and last.get('status')}"
-        ) from None
+
+    async def holds() -> Obj | None:
+        nonlocal last
+        last = await kube.get("pods", namespace, name)
+        return last if last is not None and predicate(last) else None
+
+    pod: Obj = await eventually(
+        holds,
+        timeout=timeout,
+        what=f"pod {namespace}/{name}: {what or 'condition'}",
+        describe=lambda: last and last.get("status"),
+    )
+    return pod
 
 
 async def wait_gone(kube: KubeRest, namespace: str, name: str, timeout: float = 15.0) -> None:
-    with anyio.fail_after(timeout):
-        while await kube.get("pods", namespace, name) is not None:
-            await anyio.sleep(0.05)
+    async def gone() -> bool:
+        return await kube.get("pods", namespace, name) is None
+
+    await eventually(gone, timeout=timeout, what=f"pod {namespace}/{name} gone")
 
 
 async def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    try:
-        with anyio.fail_after(timeout):
-            while True:
-                value = predicate()
-                if hasattr(value, "__await__"):
-                    value = await value
-                if value:
-                    return value
-                await anyio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"{what} not reached in {timeout}s") from None
+    """:func:`tests.support.eventually.eventually` with this directory's default deadline."""
+    return await eventually(predicate, timeout=timeout, what=what)
 
 
 def phase(pod: Obj) -> str:

@@ -9,8 +9,10 @@ Fixtures (function scope unless noted):
   leases (``lease_ttl=3``) and few shards.
 - ``github_secret`` → the name of a Secret in ``namespace`` holding the simulator's PAT
   (``github_token``), ARC's format.
+- ``runner_env`` → a running runner worker and a registered scale set (``RunnerEnv``).
 
-Helpers: :func:`wait_for` (poll a condition with a deadline, never sleep to synchronise).
+Helpers: :func:`wait_for` (poll a condition with a deadline, never sleep to synchronise), the
+suite's :func:`tests.support.eventually.eventually` with the scenario defaults.
 
 The CRDs of ``deploy/crds/`` are installed into the emulator by the session ``kube_api``
 fixture (tests/fixtures/apiserver.py); :func:`require_crds` checks they are served.
@@ -19,18 +21,17 @@ fixture (tests/fixtures/apiserver.py); :func:`require_crds` checks they are serv
 from __future__ import annotations
 
 import base64
-import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import anyio
 import msgspec
 import pytest
 
 from shared.bus import Bus, BusSettings
 from shared.kube import SECRETS, ApiReader, ApiWriter, KubeClient
 from shared.worker import WorkerSettings
+from tests.support.eventually import eventually
 
 T = TypeVar("T")
 
@@ -102,22 +103,22 @@ async def github_secret(kube: Kube, namespace: str, actions_sim: Any) -> str:
     return "github-config"
 
 
+@pytest.fixture
+async def runner_env(
+    kube: Kube, namespace: str, actions_sim: Any, github_secret: str, worker_settings: Any
+) -> AsyncIterator[Any]:
+    """A runner worker and a registered scale set: a ``RunnerEnv`` (tests/scenario/test_runner_helpers.py)."""
+    from tests.scenario.test_runner_helpers import start_runner_env  # it imports this module
+
+    async with start_runner_env(kube, namespace, actions_sim, github_secret, worker_settings) as env:
+        yield env
+
+
 async def wait_for(
     predicate: Callable[[], T | Awaitable[T]], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"
 ) -> T:
-    """Poll ``predicate`` (sync or async) until it returns something truthy; fail after ``timeout``."""
-    last: Any = None
-    try:
-        with anyio.fail_after(timeout):
-            while True:
-                last = predicate()
-                if inspect.isawaitable(last):
-                    last = await last
-                if last:
-                    return last
-                await anyio.sleep(interval)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}") from None
+    """:func:`tests.support.eventually.eventually` (sync or async ``predicate``; its value is returned)."""
+    return await eventually(predicate, timeout=timeout, interval=interval, what=what)
 
 
 async def require_crds(kube: Kube) -> None:

@@ -4,7 +4,7 @@ runner worker (registers runners, strips finalizers of deleting ones), counting 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
@@ -100,15 +100,13 @@ class FakeRunnerWorker:
         for r in await runners(self.kube, self.namespace, include_deleting=True):
             key = EPHEMERAL_RUNNERS.key_of(r)
             if r.metadata.is_deleting:
-                try:
+                with suppress(Conflict, NotFound):
                     await self.kube.writer.patch_merge(
                         EPHEMERAL_RUNNERS,
                         key,
                         {"metadata": {"finalizers": []}},
                         resource_version=r.metadata.resource_version,
                     )
-                except (Conflict, NotFound):
-                    pass
             elif self.register and r.metadata.name not in self.registered and not (r.status and r.status.runner_id):
                 jit = await client.generate_jit_config(self.scale_set_id, r.metadata.name)
                 self.registered[r.metadata.name] = jit.runner.id

@@ -57,54 +57,56 @@ async def test_node_sim_runs_the_listener_pod_and_it_publishes_desired_state(
         log_level="debug",
         resync_seconds=30.0,
     )
-    async with running_node(node_config(kube_api, namespace, tmp_path)) as node:
-        async with listener_pod_worker(worker_settings(), options) as (_, registry):
+    async with (
+        running_node(node_config(kube_api, namespace, tmp_path)) as node,
+        listener_pod_worker(worker_settings(), options) as (_, registry),
+    ):
 
-            async def running() -> Any:
-                pod = await kube.reader.get_or_none(PODS, ObjectKey(namespace, AL_NAME))
-                cs = pod.status.container("listener") if pod is not None else None
-                return pod if cs is not None and cs.state.running is not None else None
+        async def running() -> Any:
+            pod = await kube.reader.get_or_none(PODS, ObjectKey(namespace, AL_NAME))
+            cs = pod.status.container("listener") if pod is not None else None
+            return pod if cs is not None and cs.state.running is not None else None
 
-            await wait_for(running, timeout=30, what="listener container running under the node simulator")
+        await wait_for(running, timeout=30, what="listener container running under the node simulator")
 
-            async def published() -> DesiredState | None:
-                msg = await bus.last_message(subjects.desired_subject(namespace, ARS_NAME))
-                return msg if isinstance(msg, DesiredState) else None
+        async def published() -> DesiredState | None:
+            msg = await bus.last_message(subjects.desired_subject(namespace, ARS_NAME))
+            return msg if isinstance(msg, DesiredState) else None
 
-            try:
-                state = await wait_for(published, timeout=45, what="DesiredState from the listener subprocess")
-            except AssertionError:
-                print("\n".join(node.logs(namespace, AL_NAME) or []))
-                raise
-            assert state.scale_set_id == scale_set.id
-            assert (state.ers.namespace, state.ers.name) == (namespace, ARS_NAME)
-            assert state.replicas == 2, "min runners, no jobs"
-            labels = dict(name=AL_NAME, namespace=namespace, repository="", organization="octo-org", enterprise="")
-            await wait_for(
-                lambda: metric(registry, "gha_controller_running_listeners", **labels) == 1, what="running gauge"
+        try:
+            state = await wait_for(published, timeout=45, what="DesiredState from the listener subprocess")
+        except AssertionError:
+            print("\n".join(node.logs(namespace, AL_NAME) or []))
+            raise
+        assert state.scale_set_id == scale_set.id
+        assert (state.ers.namespace, state.ers.name) == (namespace, ARS_NAME)
+        assert state.replicas == 2, "min runners, no jobs"
+        labels = dict(name=AL_NAME, namespace=namespace, repository="", organization="octo-org", enterprise="")
+        await wait_for(
+            lambda: metric(registry, "gha_controller_running_listeners", **labels) == 1, what="running gauge"
+        )
+
+        # A config change must reach the *running* listener: the Secret data is rewritten, the
+        # pod restarted (config revision), and the new process publishes the new level.
+        first_uid = (await kube.reader.get(PODS, ObjectKey(namespace, AL_NAME))).metadata.uid
+        al = await kube.reader.get(AUTOSCALING_LISTENERS, ObjectKey(namespace, AL_NAME))
+        await kube.writer.patch_merge(
+            AUTOSCALING_LISTENERS,
+            ObjectKey(namespace, AL_NAME),
+            {"spec": {"minRunners": 3}},
+            resource_version=al.metadata.resource_version,
+        )
+
+        async def republished() -> DesiredState | None:
+            msg = await published()
+            return msg if msg is not None and msg.replicas == 3 else None
+
+        try:
+            state = await wait_for(
+                republished, timeout=45, what="DesiredState with the new minRunners from the restarted listener"
             )
-
-            # A config change must reach the *running* listener: the Secret data is rewritten, the
-            # pod restarted (config revision), and the new process publishes the new level.
-            first_uid = (await kube.reader.get(PODS, ObjectKey(namespace, AL_NAME))).metadata.uid
-            al = await kube.reader.get(AUTOSCALING_LISTENERS, ObjectKey(namespace, AL_NAME))
-            await kube.writer.patch_merge(
-                AUTOSCALING_LISTENERS,
-                ObjectKey(namespace, AL_NAME),
-                {"spec": {"minRunners": 3}},
-                resource_version=al.metadata.resource_version,
-            )
-
-            async def republished() -> DesiredState | None:
-                msg = await published()
-                return msg if msg is not None and msg.replicas == 3 else None
-
-            try:
-                state = await wait_for(
-                    republished, timeout=45, what="DesiredState with the new minRunners from the restarted listener"
-                )
-            except AssertionError:
-                print("\n".join(node.logs(namespace, AL_NAME) or []))
-                raise
-            pod = await wait_for(running, timeout=20, what="the new listener pod running")
-            assert pod.metadata.uid != first_uid
+        except AssertionError:
+            print("\n".join(node.logs(namespace, AL_NAME) or []))
+            raise
+        pod = await wait_for(running, timeout=20, what="the new listener pod running")
+        assert pod.metadata.uid != first_uid

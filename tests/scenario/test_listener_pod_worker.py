@@ -8,6 +8,7 @@ unless a test writes their status, as ARC's envtest suite does.
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -162,7 +163,7 @@ async def test_creates_service_account_role_binding_config_and_pod(
     kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
 ) -> None:
     key = await setup_objects(kube, namespace)
-    async with listener_pod_worker(worker_settings()) as (handle, registry):
+    async with listener_pod_worker(worker_settings()) as (_handle, registry):
         pod = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
         al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
         assert FINALIZER_AUTOSCALING_LISTENER in al.metadata.finalizers
@@ -173,10 +174,7 @@ async def test_creates_service_account_role_binding_config_and_pod(
 
         role = await get(kube, ROLES, namespace, AL_NAME)
         assert role.metadata.annotations == {"role": "annotation"}
-        assert [(r.resources, r.resource_names, r.verbs) for r in role.rules] == [
-            (["ephemeralrunnersets"], [ARS_NAME], ["patch"]),
-            (["ephemeralrunners", "ephemeralrunners/status"], [], ["patch"]),
-        ]
+        assert not role.rules  # the runnerscale listener never talks to Kubernetes
         rb = await get(kube, ROLE_BINDINGS, namespace, AL_NAME)
         assert rb.role_ref.name == AL_NAME
         assert [(s.kind, s.name, s.namespace) for s in rb.subjects] == [("ServiceAccount", AL_NAME, namespace)]
@@ -404,25 +402,29 @@ async def test_metadata_changes_propagate_without_recreation(
         assert (await live_pod(kube, namespace)).metadata.uid == first.metadata.uid
 
 
-async def test_role_follows_the_runner_set_name(
+async def test_arc_listener_role_rules_are_taken_away(
     kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
 ) -> None:
-    key = await setup_objects(kube, namespace)
+    """A listener Role with ARC's rules (patch on the ERS and on runners) is patched empty: the
+    runnerscale listener never talks to Kubernetes (least privilege)."""
+    await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
-        al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
+        role = await get(kube, ROLES, namespace, AL_NAME)
+        arc_rules = [
+            {"apiGroups": ["actions.github.com"], "resources": ["ephemeralrunners"], "verbs": ["patch"]},
+        ]
         await kube.writer.patch_merge(
-            AUTOSCALING_LISTENERS,
-            key,
-            {"spec": {"ephemeralRunnerSetName": "arc-set-updated"}},
-            resource_version=al.metadata.resource_version,
+            ROLES,
+            ObjectKey(namespace, AL_NAME),
+            {"rules": arc_rules},
+            resource_version=role.metadata.resource_version,
         )
 
-        async def updated() -> bool:
-            role = await get(kube, ROLES, namespace, AL_NAME)
-            return role.rules[0].resource_names == ["arc-set-updated"]
+        async def emptied() -> bool:
+            return not (await get(kube, ROLES, namespace, AL_NAME)).rules
 
-        await wait_for(updated, what="role rules updated")
+        await wait_for(emptied, what="ARC's rules taken away")
 
 
 # --- pod failures -----------------------------------------------------------------------------------------
@@ -622,10 +624,8 @@ async def test_conflicts_on_writes_converge(
             assert not active & set(ids), "every injected 409 was hit"
     finally:
         for rule_id in ids:
-            try:
+            with contextlib.suppress(Exception):  # already spent
                 control.remove_fault(rule_id)
-            except Exception:
-                pass  # already spent
 
 
 async def test_worker_restart_keeps_a_current_pod_and_recreates_a_legacy_one_once(

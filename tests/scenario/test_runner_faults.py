@@ -3,12 +3,14 @@ server, a pod that never starts."""
 
 from __future__ import annotations
 
+import anyio
+import msgspec
 import pytest
 
 from shared.actions import ActionsClient, PersonalAccessToken
-from shared.kube import EPHEMERAL_RUNNERS
+from shared.kube import EPHEMERAL_RUNNERS, PODS, SECRETS, ObjectKey
 from tests.scenario.conftest import wait_for
-from tests.scenario.test_runner_helpers import FAST, register_scale_set, runner_env, start_runner_env  # noqa: F401 - fixture
+from tests.scenario.test_runner_helpers import FAST, register_scale_set, start_runner_env
 
 pytestmark = pytest.mark.anyio
 
@@ -106,6 +108,79 @@ async def test_conflicts_on_status_patch_converge(runner_env, kube_api):
     await env.terminate("er-409", 1)
     await env.wait_pod("er-409", other_than=pod.metadata.uid)
     assert len((await env.er("er-409")).status.failures) == 1
+
+
+async def test_503_on_the_jit_secret_create_registers_the_runner_once(runner_env, kube_api):
+    """The JIT config from the service is kept until its Secret is written: an API-server error on
+    the create is retried with the same registration, never a new one (issue 11)."""
+    env = runner_env
+    control = kube_api.require_emulator()
+    await control.add_fault_async(
+        action="error", code=503, verb="create", resource="secrets", namespace=env.namespace, times=2
+    )
+    await env.sim.control.clear_requests()
+    await env.create_er("er-503")
+    runner_id = await wait_for(lambda: _runner_id(env, "er-503"), what="runnerId despite 503s")
+    await env.wait_pod("er-503")
+    named = [r for r in await env.service_runners() if r.name == "er-503"]
+    assert [r.id for r in named] == [runner_id]
+    endpoints = [r.endpoint for r in await env.sim.control.requests() if r.method != "GET"]
+    assert endpoints.count("generate_jit_config") == 1, endpoints
+    assert "remove_runner" not in endpoints
+    assert "StaleRegistrationRemoved" not in await env.event_reasons("er-503")
+
+
+async def test_credentials_gone_on_deletion_is_quiet_bounded_and_released(
+    kube, namespace, actions_sim, github_secret, worker_settings
+):
+    """The GitHub Secret is gone (its namespace is being deleted) while a registered runner is
+    deleted: no reconcile-error loop, one Event, and the ER is released once its pod is gone and
+    --removal-give-up-after has passed (issue 11)."""
+    settings = msgspec.structs.replace(FAST, removal_give_up_after=1.0)
+    async with start_runner_env(kube, namespace, actions_sim, github_secret, worker_settings, settings=settings) as env:
+        await env.create_er("er-nocreds")
+        await env.wait_pod("er-nocreds")
+        await wait_for(lambda: _runner_id(env, "er-nocreds"), what="registered")
+        registry = env.worker.ctx.registry
+        errors = {"controller": "ephemeralrunner"}
+        before = registry.get_sample_value("controller_runtime_reconcile_errors_total", errors) or 0.0
+        await kube.writer.delete(SECRETS, ObjectKey(namespace, github_secret))
+        await kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-nocreds"))
+        await kube.writer.delete(PODS, env.key("er-nocreds"))  # as the namespace controller does
+        await env.wait_gone("er-nocreds")
+        after = registry.get_sample_value("controller_runtime_reconcile_errors_total", errors) or 0.0
+        assert after == before
+        reasons = [e.reason for e in await env.events("er-nocreds")]
+        assert reasons.count("ActionsCredentialsUnavailable") == 1 and "RunnerRemovalFailed" not in reasons
+        assert "RunnerRemovalAbandoned" in reasons
+
+
+async def test_pod_lost_right_after_a_job_started_deletes_the_runner(runner_env, kube_api):
+    """The race behind test_pod_lost_while_running_a_job_deletes_the_runner timing out under load:
+    the worker reads the ER (no job yet), the job is recorded and the pod vanishes, then the
+    worker's pod GET finds nothing. It must not create a new pod (for a spent JIT config) from
+    the stale ER read: it re-reads the ER first, sees the job, deletes the runner (issue 11)."""
+    env = runner_env
+    control = kube_api.require_emulator()
+    await env.create_er("er-race")
+    await wait_for(lambda: _runner_id(env, "er-race"), what="registered")
+    pod = await env.wait_pod("er-race")
+    rule = await control.add_fault_async(
+        action="latency", verb="get", resource="pods", namespace=env.namespace, name="er-race", delay_seconds=3.0
+    )
+    # Wake the worker: its pass reads the ER, then its pod GET is held for 3 s.
+    await env.kube.writer.patch_merge(EPHEMERAL_RUNNERS, env.key("er-race"), {"metadata": {"labels": {"poke": "1"}}})
+
+    async def pod_get_held() -> bool:
+        return all(f.id != rule for f in await anyio.to_thread.run_sync(control.faults))
+
+    await wait_for(pod_get_held, what="the worker's pod GET held")
+    await env.kube.writer.patch_status(
+        EPHEMERAL_RUNNERS, env.key("er-race"), {"status": {"jobId": "job-1", "jobRequestId": 11}}
+    )
+    await env.kube.writer.delete(PODS, env.key("er-race"), uid=pod.metadata.uid)
+    await env.wait_gone("er-race")
+    assert "PodLostWithJob" in await env.event_reasons("er-race")
 
 
 async def _pod(env, name):

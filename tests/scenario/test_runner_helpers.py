@@ -11,8 +11,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
 from services.runner.decide import RunnerSettings
 from services.runner.worker import WORKER
 from shared.actions import ActionsClient, PersonalAccessToken
@@ -216,10 +214,4 @@ async def start_runner_env(
     async with running_worker(WORKER.name, worker_settings(replica, bus={"shards": 2}), WORKER.setup(settings)) as w:
         await w.wait_ready()
         env.worker = w
-        yield env
-
-
-@pytest.fixture
-async def runner_env(kube, namespace, actions_sim, github_secret, worker_settings) -> AsyncIterator[RunnerEnv]:
-    async with start_runner_env(kube, namespace, actions_sim, github_secret, worker_settings) as env:
         yield env

@@ -9,7 +9,7 @@ from shared.bus import ResourceRef
 from shared.bus.messages import JobCompleted, JobStarted
 from shared.bus.subjects import job_started_subject
 from tests.scenario.conftest import wait_for
-from tests.scenario.test_runner_helpers import SCALE_SET, runner_env  # noqa: F401 - fixture
+from tests.scenario.test_runner_helpers import SCALE_SET
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,6 @@ from shared.api.constants import (
 )
 from shared.kube import EPHEMERAL_RUNNERS
 from tests.scenario.conftest import wait_for
-from tests.scenario.test_runner_helpers import runner_env  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.anyio
 
@@ -189,7 +188,7 @@ async def test_pod_deleted_externally_is_recreated_exactly_once(runner_env):
 async def test_pod_lost_while_running_a_job_deletes_the_runner(runner_env):
     env = runner_env
     await env.create_er("er-lost")
-    er, pod = await _registered(env, "er-lost")
+    _er, pod = await _registered(env, "er-lost")
     await env.kube.writer.patch_status(
         EPHEMERAL_RUNNERS, env.key("er-lost"), {"status": {"jobId": "job-1", "jobRequestId": 11}}
     )

@@ -12,7 +12,7 @@ import pytest
 
 from services.embedded.node_sim.node import NodeSim, NodeSimConfig
 from tests.scenario.conftest import wait_for
-from tests.scenario.test_runner_helpers import SCALE_SET, runner_env  # noqa: F401 - fixture
+from tests.scenario.test_runner_helpers import SCALE_SET
 
 pytestmark = pytest.mark.anyio
 

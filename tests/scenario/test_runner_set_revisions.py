@@ -168,13 +168,17 @@ async def test_deletion_removes_idle_from_service_waits_for_busy_then_releases_f
             DesiredState(scale_set_id=ss, ers=ResourceRef(namespace, "set"), patch_id=0, replicas=3, listener_epoch=1)
         )
         await wait_for(lambda: _registered(kube, namespace, 3), what="3 registered runners")
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{w.ports['metrics']}/metrics") as r:
-                text = await r.text()
-        assert (
-            f'gha_controller_running_ephemeral_runners{{enterprise="",name="set",namespace="{namespace}",organization="{actions_sim.org}",repository=""}} 3.0'
-            in text
-        )
+        gauge = f'gha_controller_running_ephemeral_runners{{enterprise="",name="set",namespace="{namespace}",organization="{actions_sim.org}",repository=""}} 3.0'
+
+        async def served() -> bool:
+            # The gauge follows the worker's next reconcile after the runners run: wait for it.
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"http://127.0.0.1:{w.ports['metrics']}/metrics") as r,
+            ):
+                return gauge in await r.text()
+
+        await wait_for(served, what="running-runners gauge at 3 on /metrics")
         busy = sorted(await live(kube, namespace), key=lambda r: r.metadata.name)[0]
         await set_runner_status(kube, busy, jobId="job-9")
         idle_ids = {r.status.runner_id for r in await live(kube, namespace) if r.metadata.name != busy.metadata.name}

@@ -4,17 +4,19 @@ the finished-runner cleanup marker (seeds 000, 003). Emulator + nats-server + Ac
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import anyio
 import msgspec
 import pytest
+import yaml
 
 from services.runner_set import decide
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.worker import WORKER
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION, ANNOTATION_PATCH_ID, FINALIZER_EPHEMERAL_RUNNER_SET
 from shared.bus import DesiredState, ResourceRef
-from shared.kube import EPHEMERAL_RUNNER_SETS
+from shared.kube import AUTOSCALING_RUNNER_SETS, EPHEMERAL_RUNNER_SETS, ObjectKey
 from shared.worker import running_worker
 from tests.scenario.conftest import wait_for
 from tests.scenario.runner_set_helpers import (
@@ -27,6 +29,8 @@ from tests.scenario.runner_set_helpers import (
 )
 
 pytestmark = pytest.mark.anyio
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "arc"
 
 
 def desired(namespace: str, *, replicas: int, patch: int, epoch: int = 1, name: str = "set") -> DesiredState:
@@ -133,7 +137,7 @@ async def test_finished_runners_reaped_once_no_replacement_and_descending_patch_
         await bus.publish(desired(namespace, replicas=2, patch=0, epoch=2))
         await wait_for(lambda: _count_is(kube, namespace, 2), what="refilled by patch 0")
         await wait_for(lambda: len(fake.registered) == 3, what="registered")
-        newest = [r for r in await runners(kube, namespace) if r.metadata.name != second.metadata.name][0]
+        newest = next(r for r in await runners(kube, namespace) if r.metadata.name != second.metadata.name)
         # the new listener's sequence reaches 7 = the highest patch-id on a live runner: status only,
         # so the job finishing now is not reaped under this patch
         await bus.publish(desired(namespace, replicas=2, patch=7, epoch=2))
@@ -288,3 +292,65 @@ async def test_failed_finished_runner_cleanup_is_a_reconcile_error_and_is_retrie
         )
         assert (after or 0) >= (errors or 0) + 2, "each refused delete must fail its reconcile"
         await stays(kube, namespace, 1, 1.0)  # and no replacement for the completed job
+
+
+async def test_never_more_runners_than_max_runners_whatever_the_bus_or_spec_says(
+    worker_settings, kube, bus, namespace, actions_sim, github_secret
+):
+    """Defence in depth (the listener clamps too): a well-formed desired state above the set's
+    maxRunners, from any publisher, is clamped to it, counted and logged; a spec.replicas written
+    above it by hand creates no runner beyond it either."""
+    ss = await sim_scale_set(actions_sim)
+    ars_tree = yaml.safe_load((DATA / "ars-minimal.yaml").read_text())
+    ars_tree["metadata"] = {"name": "set", "namespace": namespace}
+    ars_tree["spec"].update(githubConfigUrl=actions_sim.config_url(), githubConfigSecret=github_secret)
+    ars_tree["spec"].update(minRunners=1, maxRunners=4)
+    ars = await kube.writer.create(AUTOSCALING_RUNNER_SETS, ars_tree)
+    ers = await create_ers(
+        kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1
+    )
+    owner = {
+        "apiVersion": "actions.github.com/v1alpha1",
+        "kind": "AutoscalingRunnerSet",
+        "name": "set",
+        "uid": ars.metadata.uid,
+        "controller": True,
+    }
+    await kube.writer.patch_merge(
+        EPHEMERAL_RUNNER_SETS,
+        ObjectKey(namespace, "set"),
+        {"metadata": {"ownerReferences": [owner]}},
+        resource_version=ers.metadata.resource_version,
+    )
+    async with (
+        running_worker(WORKER.name, worker_settings(), WORKER.setup(FailurePolicy())) as w,
+        fake_runner_worker(kube, namespace, actions_sim, ss),
+    ):
+        await w.wait_ready()
+        await wait_for(lambda: _with_finalizer(kube, namespace), what="finalizer")
+        await bus.publish(desired(namespace, replicas=25, patch=1))
+        await wait_for(lambda: _spec_is(kube, namespace, 4, 1), what="desired state clamped to maxRunners")
+        await wait_for(lambda: _count_is(kube, namespace, 4), what="4 runners")
+        await stays(kube, namespace, 4, 1.0)
+
+        def clamped() -> float:
+            return sum(
+                sample.value
+                for family in w.ctx.registry.collect()
+                if family.name == "runnerscale_runner_set_max_runners_clamped"
+                for sample in family.samples
+                if sample.name.endswith("_total") and sample.labels["namespace"] == namespace
+            )
+
+        assert clamped() >= 1
+        # spec.replicas written above maxRunners (not through the bus): creation stops at 4 anyway.
+        fresh = await get_ers(kube, namespace)
+        await kube.writer.patch_merge(
+            EPHEMERAL_RUNNER_SETS,
+            ObjectKey(namespace, "set"),
+            {"spec": {"replicas": 9, "patchID": 0}},
+            resource_version=fresh.metadata.resource_version,
+        )
+        await wait_for(lambda: _spec_is(kube, namespace, 9, 0), what="hand-written replicas")
+        await wait_for(lambda: clamped() >= 2, what="scale-up capped and counted")
+        await stays(kube, namespace, 4, 1.0)

@@ -27,7 +27,14 @@ from shared.api.constants import (
     LABEL_ORGANIZATION,
 )
 from shared.bus import RevisionPublished, subjects
-from shared.kube import AUTOSCALING_LISTENERS, AUTOSCALING_RUNNER_SETS, EPHEMERAL_RUNNER_SETS, EVENTS, ObjectKey
+from shared.kube import (
+    AUTOSCALING_LISTENERS,
+    AUTOSCALING_RUNNER_SETS,
+    EPHEMERAL_RUNNER_SETS,
+    EVENTS,
+    Invalid,
+    ObjectKey,
+)
 from shared.worker import running_worker
 from tests.fixtures.actions_sim import start_actions_sim
 from tests.scenario.conftest import Kube, create_secret, require_crds, wait_for
@@ -463,11 +470,71 @@ async def test_invalid_manifest_gets_an_event_and_no_service_call(
 
         [event] = await wait_for(warned, what="InvalidSpec event")
         assert event.type == "Warning" and "githubConfigUrl" in event.message and "minRunners" in event.message
-        ars = await wait_for(lambda: _with_phase(kube, key, "Pending"), what="status Pending")
+        ars = await wait_for(lambda: _with_phase(kube, key, "Invalid"), what="status Invalid")
         assert ars.status.observed_generation == 0
+        [condition] = ars.status.conditions
+        assert (condition.type, condition.status, condition.reason) == ("SpecValid", "False", "InvalidSpec")
+        assert "minRunners" in condition.message and condition.observed_generation == ars.metadata.generation
         assert await kube.reader.get_or_none(EPHEMERAL_RUNNER_SETS, key) is None
         assert await actions_sim.control.requests() == []
         assert metric(w, "runnerscale_scale_set_invalid_total") >= 1
+        # Fixed: the condition goes, the set runs.
+        await kube.writer.patch_merge(
+            AUTOSCALING_RUNNER_SETS,
+            key,
+            {"spec": {"githubConfigUrl": actions_sim.config_url(), "minRunners": 1}},
+            resource_version=ars.metadata.resource_version,
+        )
+        fixed = await settled(kube, key)
+        assert not fixed.status.conditions
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"name": "bad-" + "x" * 60}, "metadata.name"),
+        ({"maxRunners": 1_000_000_000_000}, "spec.maxRunners"),
+        ({"minRunners": 2_147_483_648}, "spec.minRunners"),
+    ],
+)
+async def test_crd_schema_refuses_what_no_component_accepts(kube, namespace, github_secret, change, field):
+    """Names become label values (<= 63) and runner counts int32 everywhere: refused at the door,
+    never half-accepted (an ARS that says Running but whose listener can never start)."""
+    await require_crds(kube)
+    name = change.pop("name", "huge")
+    tree = manifest(namespace, "https://github.com/org", github_secret, name=name, **change)
+    with pytest.raises(Invalid) as refused:
+        await kube.writer.create(AUTOSCALING_RUNNER_SETS, tree)
+    assert field in str(refused.value)
+
+
+async def test_ars_with_an_over_long_name_stored_earlier_is_reported_and_deletes(
+    kube_api, kube, namespace, worker_settings, github_secret, actions_sim
+):
+    """An ARS stored before the CRD bounded names (label values max 63): reported on the ARS, and its
+    deletion completes (cleanup never lists with a label selector the API server refuses)."""
+    kube_api.require_emulator("storing an object the current CRD schema refuses")
+    name = "bad-" + "x" * 60
+    key = ObjectKey(namespace, name)
+
+    def schema_of(emu: Any) -> dict[str, Any]:
+        rt = emu.api.registry.lookup("actions.github.com", "v1alpha1", "autoscalingrunnersets")
+        return rt.schema["properties"]["metadata"]  # type: ignore[no-any-return]
+
+    metadata_schema = kube_api.call(lambda emu: dict(schema_of(emu)))
+    kube_api.call(lambda emu: schema_of(emu).pop("properties", None))
+    try:
+        await kube.writer.create(
+            AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret, name=name)
+        )
+    finally:
+        kube_api.call(lambda emu: schema_of(emu).update(metadata_schema))
+    async with scale_set_worker(worker_settings, namespace):
+        ars = await wait_for(lambda: _with_phase(kube, key, "Invalid"), what="status Invalid")
+        assert "63" in ars.status.conditions[0].message
+        assert FINALIZER_AUTOSCALING_RUNNER_SET in ars.metadata.finalizers
+        await kube.writer.delete(AUTOSCALING_RUNNER_SETS, key)
+        await wait_for(lambda: _gone(kube, AUTOSCALING_RUNNER_SETS, key), what="over-long ARS deleted")
 
 
 async def test_missing_secret_gets_an_event_and_recovers_when_created(kube, namespace, worker_settings, actions_sim):
@@ -533,35 +600,35 @@ async def test_two_replicas_register_each_scale_set_once_and_survive_a_crash(
     kube, namespace, worker_settings, github_secret, actions_sim
 ):
     names = ["set-a", "set-b", "set-c", "set-d"]
-    async with scale_set_worker(worker_settings, namespace, replica="a", shards=4) as a:
-        async with scale_set_worker(worker_settings, namespace, replica="b", shards=4) as b:
-            for n in names:
-                await kube.writer.create(
-                    AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret, name=n)
-                )
-            for n in names:
-                await settled(kube, ObjectKey(namespace, n))
-            sets = await actions_sim.control.scale_sets()
-            assert sorted(s.name for s in sets) == names  # one registration per ARS, no duplicates
+    async with (
+        scale_set_worker(worker_settings, namespace, replica="a", shards=4) as a,
+        scale_set_worker(worker_settings, namespace, replica="b", shards=4) as b,
+    ):
+        for n in names:
+            await kube.writer.create(
+                AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret, name=n)
+            )
+        for n in names:
+            await settled(kube, ObjectKey(namespace, n))
+        sets = await actions_sim.control.scale_sets()
+        assert sorted(s.name for s in sets) == names  # one registration per ARS, no duplicates
 
-            a.kill()  # a crash: a's shards move to b once their leases expire
-            for n in names:
-                await patch_template_container(
-                    kube, ObjectKey(namespace, n), image="ghcr.io/actions/actions-runner:9.9.9"
-                )
-            for n in names:
-                await settled(kube, ObjectKey(namespace, n))
+        a.kill()  # a crash: a's shards move to b once their leases expire
+        for n in names:
+            await patch_template_container(kube, ObjectKey(namespace, n), image="ghcr.io/actions/actions-runner:9.9.9")
+        for n in names:
+            await settled(kube, ObjectKey(namespace, n))
 
-            async def all_at_revision_two() -> bool:
-                for n in names:
-                    ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, n))
-                    if ers.spec.actionable_revision != 2:
-                        return False
-                return True
+        async def all_at_revision_two() -> bool:
+            for n in names:
+                ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, n))
+                if ers.spec.actionable_revision != 2:
+                    return False
+            return True
 
-            await wait_for(all_at_revision_two, timeout=30, what="every ERS at revision 2 after the takeover")
-            assert len(b.ctx.shards.owned_shards()) == 4
-            assert sorted(s.name for s in await actions_sim.control.scale_sets()) == names
+        await wait_for(all_at_revision_two, timeout=30, what="every ERS at revision 2 after the takeover")
+        assert len(b.ctx.shards.owned_shards()) == 4
+        assert sorted(s.name for s in await actions_sim.control.scale_sets()) == names
 
 
 # --- dependencies that fail ----------------------------------------------------------------------------

@@ -123,7 +123,8 @@ async def test_cli_process_becomes_ready_and_stops_cleanly_on_sigterm(kube_api, 
 
     health = _free_port()
     log_file = (tmp_path / "worker.log").open("wb")
-    proc = subprocess.Popen(
+    # Popen only forks and execs (no wait on the loop); the exit is awaited in a worker thread below.
+    proc = subprocess.Popen(  # noqa: ASYNC220
         [
             sys.executable,
             "-m",

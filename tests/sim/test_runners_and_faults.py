@@ -10,6 +10,7 @@ from services.embedded.actions_sim.control_client import SimControlError
 from services.embedded.actions_sim.runner_agent import EXIT_ERROR, EXIT_OK, EXIT_OUTDATED, run_runner
 from tests.fixtures.actions_sim import ActionsSim
 from tests.sim.conftest import Service, job_events
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -108,9 +109,11 @@ async def test_crashed_runner_before_start_hands_the_job_to_another(service: Ser
     second = (await service.jit(ss["id"], "second")).json()
     # Connect the first runner by hand so that it holds the job without starting it.
     token_headers = {"Authorization": "Bearer " + _runner_token(first["encodedJITConfig"])}
-    async with aiohttp.ClientSession(headers=token_headers) as http:
-        async with http.post(service.sim.url + "/_runner/connect", json={"version": "2.330.0"}) as resp:
-            assert resp.status == 200
+    async with (
+        aiohttp.ClientSession(headers=token_headers) as http,
+        http.post(service.sim.url + "/_runner/connect", json={"version": "2.330.0"}) as resp,
+    ):
+        assert resp.status == 200
     [held] = await service.sim.control.jobs()
     assert held.runner_name == "first"
     await service.sim.control.crash_runner(first["runner"]["id"])
@@ -150,8 +153,11 @@ async def test_runner_removed_while_waiting_exits_cleanly(service: Service) -> N
                 outcomes.append(await run_runner(service.sim.url, jit["encodedJITConfig"], job_wait=5))
 
             tg.start_soon(play)
-            while not [r for r in await service.sim.control.runners() if r.status == "idle"]:
-                await anyio.sleep(0.01)
+
+            async def idle_runner() -> bool:
+                return any(r.status == "idle" for r in await service.sim.control.runners())
+
+            await eventually(idle_runner, timeout=10, interval=0.01, what="an idle runner")
             removed = await service.admin("DELETE", f"_apis/distributedtask/pools/0/agents/{jit['runner']['id']}")
             assert removed.status == 204
     assert outcomes[0].exit_code == EXIT_OK and outcomes[0].reason == "removed"

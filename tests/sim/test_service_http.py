@@ -9,6 +9,7 @@ import pytest
 from services.embedded.actions_sim.settings import generate_private_key_pem
 from tests.fixtures.actions_sim import ActionsSim
 from tests.sim.conftest import Service, app_jwt, job_events
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +34,7 @@ async def test_pat_auth_chain_for_every_scope(service: Service, path: str, confi
     assert reply.status == 201
     body = reply.json()
     assert body["url"].startswith(service.sim.url + "/_services/pipelines/") and body["url"].endswith("/")
-    header, payload, _ = body["token"].split(".")
+    _header, payload, _ = body["token"].split(".")
     assert isinstance(msgspec.json.decode(_b64(payload))["exp"], int)
     groups = await service.call(
         "GET", body["url"] + "_apis/runtime/runnergroups/", token=body["token"], params={"groupName": "default"}
@@ -226,6 +227,10 @@ async def test_long_poll_returns_202_after_the_configured_wait(service: Service)
     assert 0.35 <= elapsed < 5
 
 
+async def poll_in_flight(service: Service) -> bool:
+    return bool((await service.sim.control.sessions())[0].polls_in_flight)
+
+
 async def test_a_message_arriving_during_the_poll_returns_at_once(service: Service) -> None:
     await service.sim.control.configure(poll_wait=30)
     ss = await service.create_scale_set()
@@ -238,8 +243,7 @@ async def test_a_message_arriving_during_the_poll_returns_at_once(service: Servi
     with anyio.fail_after(10):  # far below the 30 s hold: the poll must end early
         async with anyio.create_task_group() as tg:
             tg.start_soon(poll)
-            while not (await service.sim.control.sessions())[0].polls_in_flight:
-                await anyio.sleep(0.01)
+            await eventually(lambda: poll_in_flight(service), interval=0.01, what="the poll held by the service")
             await service.sim.control.enqueue_jobs(count=2, labels=["linux"])
     [reply] = replies
     assert reply.status == 200
@@ -323,7 +327,7 @@ async def test_ghes_flow_acquire_jobs_with_the_queue_token(service: Service) -> 
     url = service.base + f"_apis/runtime/runnerscalesets/{ss['id']}/acquirejobs"
     with_admin = await service.call("POST", url, token=service.admin_token, json=ids)
     assert with_admin.status == 401  # J1 takes the message-queue token, not the admin token
-    acquired = await service.call("POST", url, token=session["messageQueueAccessToken"], json=ids + [1])
+    acquired = await service.call("POST", url, token=session["messageQueueAccessToken"], json=[*ids, 1])
     assert acquired.status == 200 and acquired.json() == {"count": 2, "value": ids}
     assigned = (await service.poll(session, last=message["messageId"])).json()
     assert [e["messageType"] for e in job_events(assigned)] == ["JobAssigned"] * 2

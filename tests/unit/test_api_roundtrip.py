@@ -322,6 +322,7 @@ def test_scale_set_status_patch_writes_counts_that_dropped_to_zero() -> None:
             "runningEphemeralRunners": 0,
             "failedEphemeralRunners": 0,
             "observedGeneration": 2,
+            "conditions": None,  # clears a SpecValid=False condition left by an earlier invalid spec
         }
     }
     # A Pending patch built from the stored status also carries every field.

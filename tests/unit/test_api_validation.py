@@ -56,6 +56,17 @@ def test_min_runners_above_max_runners() -> None:
     assert "5 > 2" in str(problems[0])
 
 
+def test_runner_counts_above_int32_are_invalid() -> None:
+    """An ARS stored before the CRD bounded maxRunners decodes and is reported, never half-accepted."""
+
+    def mutate(m):
+        m["spec"]["maxRunners"] = 1_000_000_000_000
+
+    problems = validate(load(AutoscalingRunnerSet, "ars-dind.yaml", mutate))
+    assert paths(problems) == ["$.spec.maxRunners"]
+    assert "2147483647" in str(problems[0])
+
+
 def test_equal_min_and_max_is_fine() -> None:
     def mutate(m):
         m["spec"]["minRunners"] = m["spec"]["maxRunners"] = 3

@@ -92,26 +92,14 @@ def test_excluded_label_prefixes_are_not_propagated() -> None:
     assert labels["keep"] == "y" and labels["team"] == "ci"
 
 
-def test_role_lives_in_the_ars_namespace_with_arc_rules() -> None:
+def test_role_lives_in_the_ars_namespace_and_grants_nothing() -> None:
     al = make_al(ephemeralRunnerSetName="my-ers")
     role = build.desired_role(al, SETTINGS)
     assert role["metadata"]["namespace"] == "arc-runners"
     assert "ownerReferences" not in role["metadata"], "cross-namespace: no owner reference"
     assert role["metadata"]["labels"][LABEL_LISTENER_NAME] == al.metadata.name
     assert role["metadata"]["labels"][LABEL_LISTENER_NAMESPACE] == "arc-systems"
-    assert role["rules"] == [
-        {
-            "apiGroups": ["actions.github.com"],
-            "resources": ["ephemeralrunnersets"],
-            "resourceNames": ["my-ers"],
-            "verbs": ["patch"],
-        },
-        {
-            "apiGroups": ["actions.github.com"],
-            "resources": ["ephemeralrunners", "ephemeralrunners/status"],
-            "verbs": ["patch"],
-        },
-    ]
+    assert role["rules"] == []  # the runnerscale listener never talks to Kubernetes
 
 
 def test_role_binding_binds_the_service_account_across_namespaces() -> None:
@@ -120,6 +108,25 @@ def test_role_binding_binds_the_service_account_across_namespaces() -> None:
     assert rb["metadata"]["namespace"] == "arc-runners"
     assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": al.metadata.name}
     assert rb["subjects"] == [{"kind": "ServiceAccount", "name": al.metadata.name, "namespace": "arc-systems"}]
+
+
+def test_listener_role_grants_nothing_the_listener_never_talks_to_kubernetes() -> None:
+    """Least privilege (issue 11): the runnerscale listener publishes on NATS only, so its Role is
+    empty; an ARC Role with the old rules is a drift the worker patches away."""
+    import pathlib
+    import re
+
+    from shared.kube.objects import PolicyRule
+
+    assert build.role_rules("ers") == []
+    listener = pathlib.Path(build.__file__).resolve().parents[1] / "listener"
+    for path in listener.rglob("*.py"):
+        source = path.read_text()
+        assert not re.search(r"^\s*(from|import) shared\.kube\b", source, re.MULTILINE), path
+        assert "KubeClient" not in source and "kubeconfig" not in source.lower(), path
+    arc_rules = [PolicyRule(api_groups=["actions.github.com"], resources=["ephemeralrunners"], verbs=["patch"])]
+    assert decide.rules_differ(build.role_rules("ers"), arc_rules)
+    assert not decide.rules_differ(build.role_rules("ers"), [])
 
 
 def test_rules_compare_semantically() -> None:
@@ -138,8 +145,22 @@ def test_rules_compare_semantically() -> None:
             verbs=["patch"],
         ),
     ]
-    assert not decide.rules_differ(build.role_rules("ers"), live)
-    assert decide.rules_differ(build.role_rules("ers-updated"), live)
+    desired = [
+        {
+            "apiGroups": ["actions.github.com"],
+            "resources": ["ephemeralrunnersets"],
+            "resourceNames": ["ers"],
+            "verbs": ["patch"],
+        },
+        {
+            "apiGroups": ["actions.github.com"],
+            "resources": ["ephemeralrunners", "ephemeralrunners/status"],
+            "verbs": ["patch"],
+        },
+    ]
+    assert not decide.rules_differ(desired, live)
+    desired[0]["resourceNames"] = ["ers-updated"]
+    assert decide.rules_differ(desired, live)
 
 
 def test_metadata_patch_is_a_subset_check() -> None:

@@ -6,9 +6,9 @@ import copy
 from typing import Any
 
 from services.listener_pod import build, decide
-from shared.backoff import Backoff
 from shared.api import decode
 from shared.api.constants import ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION
+from shared.backoff import Backoff
 from shared.kube.objects import Pod
 from shared.semantic import semantic_equal
 from tests.unit.test_listener_pod_desired import SETTINGS, make_al

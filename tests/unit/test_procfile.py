@@ -1,5 +1,6 @@
 """The Procfile names real subcommands with flags their parsers accept."""
 
+import itertools
 import shlex
 from pathlib import Path
 
@@ -34,3 +35,14 @@ def test_procfile_commands_are_registered_subcommands():
     for name, argv in _entries().items():
         if argv[0] == "runnerscale":
             assert argv[1] in SUBCOMMANDS, f"{name}: unknown subcommand {argv[1]}"
+
+
+def test_procfile_listens_on_loopback_only():
+    """A development machine's workers serve /metrics and probes on 127.0.0.1, never on every
+    interface (issue 11); nats-server is bound with -a 127.0.0.1."""
+    for name, argv in _entries().items():
+        for flag, value in itertools.pairwise(argv):
+            if flag.endswith("-addr"):
+                assert value.startswith("127.0.0.1:"), f"{name}: {flag} {value}"
+        if argv[0] == "nats-server":
+            assert argv[argv.index("-a") + 1] == "127.0.0.1"

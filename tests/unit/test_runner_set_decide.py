@@ -4,13 +4,14 @@ and the typed state of the seeds (000-003)."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import msgspec
 import pytest
 
 from services.runner_set import decide
+from shared.api import AutoscalingRunnerSet, EphemeralRunner, EphemeralRunnerSet, decode, to_dict
 from shared.api import finished as finished_mod
-from shared.api import EphemeralRunner, EphemeralRunnerSet, decode
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
     ANNOTATION_FINISHED_AT,
@@ -56,21 +57,20 @@ def ers(
     )
 
 
-_n = 0
+_names = itertools.count(1)  # unique names and uids across a module's runners
 
 
 def er(phase="", *, runner_id=0, job="", patch=None, revision=None, age=0, deleting=False) -> EphemeralRunner:
-    global _n
-    _n += 1
+    n = next(_names)
     ann = {}
     if patch is not None:
         ann[ANNOTATION_PATCH_ID] = str(patch)
     if revision is not None:
         ann[ANNOTATION_ACTIONABLE_REVISION] = str(revision)
     meta = {
-        "name": f"set-runner-{_n}",
+        "name": f"set-runner-{n}",
         "namespace": "ns",
-        "uid": f"u{_n}",
+        "uid": f"u{n}",
         "annotations": ann,
         "creationTimestamp": (T0 + dt.timedelta(seconds=age)).isoformat().replace("+00:00", "Z"),
         "ownerReferences": [
@@ -509,3 +509,48 @@ def test_parked_outdated_set_drains_idle_runners_busy_ones_finish():
     # not parked yet (a listener still publishes): held, nothing removed
     p = plan_for(ers(replicas=3, patch_id=5, revision=2, applied=2), [outdated, idle, busy, unregistered])
     assert p.reason == "outdated-hold" and not p.remove and p.create == 0
+
+
+# --- maxRunners guard (issue 11) -----------------------------------------------------------------
+
+
+def _owned(max_runners, *, uid="ars-uid", kind="AutoscalingRunnerSet"):
+    tree = to_dict(ers())
+    tree["metadata"]["ownerReferences"] = [
+        {"apiVersion": "actions.github.com/v1alpha1", "kind": kind, "name": "set", "uid": "ars-uid", "controller": True}
+    ]
+    the_ers = decode(EphemeralRunnerSet, tree)
+    ars_tree = {
+        "apiVersion": "actions.github.com/v1alpha1",
+        "kind": "AutoscalingRunnerSet",
+        "metadata": {"name": "set", "namespace": "ns", "uid": uid},
+        "spec": {"githubConfigUrl": "https://github.com/org", "githubConfigSecret": "s"},
+    }
+    if max_runners is not None:
+        ars_tree["spec"]["maxRunners"] = max_runners
+    return the_ers, decode(AutoscalingRunnerSet, ars_tree)
+
+
+def test_max_runners_comes_from_the_controlling_ars_only():
+    assert decide.max_runners_of(*_owned(10)) == 10
+    assert decide.max_runners_of(*_owned(None)) is None  # no maxRunners: no cap
+    assert decide.max_runners_of(*_owned(10, uid="other")) is None  # a namesake, not the owner
+    assert decide.max_runners_of(*_owned(10, kind="Something")) is None
+    assert decide.max_runners_of(ers(), _owned(10)[1]) is None  # no owner reference
+    assert decide.max_runners_of(_owned(10)[0], None) is None
+
+
+def test_desired_state_above_max_runners_is_clamped():
+    msg = ds(5, 10, patch=3, replicas=25)
+    clamped = decide.clamp_desired(msg, 10)
+    assert clamped is not None and clamped.replicas == 10 and clamped.patch_id == 3
+    assert decide.clamp_desired(msg, None) is None
+    assert decide.clamp_desired(ds(5, 10, patch=3, replicas=10), 10) is None
+    assert decide.desired_patch(ers(), clamped)["spec"] == {"replicas": 10, "patchID": 3}
+
+
+def test_creation_never_exceeds_max_runners():
+    assert decide.cap_create(24, 1, 10) == 9
+    assert decide.cap_create(3, 1, 10) == 3
+    assert decide.cap_create(3, 12, 10) == 0
+    assert decide.cap_create(3, 1, None) == 3

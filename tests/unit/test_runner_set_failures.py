@@ -4,6 +4,7 @@ and how plan() uses them): pure, with the clock passed in."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pytest
 
@@ -57,7 +58,7 @@ def ers(*, replicas=3, patch_id=0, revision=1, budget: str | None = None) -> Eph
     )
 
 
-_n = 0
+_names = itertools.count(1)  # unique names and uids across a module's runners
 
 
 def er(
@@ -73,17 +74,16 @@ def er(
     deleting=False,
     reason="InvalidPod",
 ) -> EphemeralRunner:
-    global _n
-    _n += 1
+    n = next(_names)
     ann = {ANNOTATION_ACTIONABLE_REVISION: str(revision), ANNOTATION_PATCH_ID: str(patch)}
     if failed is not None:
         ann[ANNOTATION_FAILED_AT] = at(failed).isoformat()
     if replaces:
         ann[ANNOTATION_REPLACES] = replaces
     meta = {
-        "name": f"set-runner-{_n}",
+        "name": f"set-runner-{n}",
         "namespace": "ns",
-        "uid": f"u{_n}",
+        "uid": f"u{n}",
         "annotations": ann,
         "creationTimestamp": at(created).isoformat().replace("+00:00", "Z"),
         "ownerReferences": [

@@ -3,11 +3,11 @@ better-than-ARC rules (lost pod with a job, start deadline, hung after job, remo
 
 from __future__ import annotations
 
-from msgspec.structs import replace
 from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
+from msgspec.structs import replace
 
 from services.runner import decide
 from services.runner.decide import (

@@ -351,3 +351,33 @@ def test_ars_name_must_fit_a_label_value() -> None:
     assert any(p.path == "$.metadata.name" for p in decide.spec_problems(long))
     ok = ars_with(lambda t: t["metadata"].__setitem__("name", "x" * 63))
     assert decide.spec_problems(ok) == []
+
+
+# --- invalid specs and over-long names ------------------------------------------------------------
+
+
+def test_listener_selector_is_none_when_the_name_cannot_be_a_label_value() -> None:
+    ok = ars_with()
+    assert decide.listener_selector(ok) is not None
+
+    def rename(tree):
+        tree["metadata"]["name"] = "bad-" + "x" * 60
+
+    long_name = ars_with(rename)
+    assert decide.listener_selector(long_name) is None
+    mine = desired_listener(long_name, OPTIONS)
+    other = desired_listener(ok, OPTIONS)
+    assert decide.listeners_of([mine, other], long_name) == [mine]
+
+
+def test_invalid_status_sets_phase_and_condition_and_keeps_its_transition_time() -> None:
+    ars = ars_with()
+    first = decide.invalid_status(ars, "$.spec.minRunners: bad", "2026-01-01T00:00:00Z")
+    assert first.phase == "Invalid"
+    [condition] = first.conditions
+    assert (condition.type, condition.status, condition.reason) == ("SpecValid", "False", "InvalidSpec")
+    assert condition.message == "$.spec.minRunners: bad"
+    again = decide.invalid_status(msgspec.structs.replace(ars, status=first), "$.spec.minRunners: bad", "later")
+    assert again == first  # nothing to write on a re-pass
+    fixed = decide.pending_status(msgspec.structs.replace(ars, status=first))
+    assert fixed.phase == "Pending" and fixed.conditions is None

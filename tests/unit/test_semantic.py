@@ -35,9 +35,9 @@ def store_like_server(tree: Any) -> Any:
     """
     if isinstance(tree, dict):
         out = {}
-        for k, v in tree.items():
-            v = store_like_server(v)
-            if v is None or v == [] or v == {}:
+        for k, child in tree.items():
+            v = store_like_server(child)
+            if v is None or v in ([], {}):
                 continue
             out[k] = v
         return out

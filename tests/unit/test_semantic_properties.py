@@ -36,7 +36,14 @@ SCALARS: list[Any] = [
 EMPTIES: list[Any] = [None, [], {}, "", {"x": None}, {"y": [], "x": {}}]  # the last two are deep-empty maps
 # Semantically interchangeable spellings, used to rewrite values without changing their meaning
 # in quantity fields (and to change meaning everywhere else).
-SPELLINGS = {"1Gi": "1024Mi", "1024Mi": "1Gi", "500m": "0.5", "0.5": "500m", "1": "1000m", "1000m": "1", 1: 1.0, 1.0: 1}
+SPELLINGS = {"1Gi": "1024Mi", "1024Mi": "1Gi", "500m": "0.5", "0.5": "500m", "1": "1000m", "1000m": "1"}
+# 1 and 1.0 are one dict key (equal hashes), so the int/float spelling swap is done by respell().
+
+
+def respell(value: Any) -> Any:
+    if isinstance(value, int | float) and value == 1:
+        return 1.0 if isinstance(value, int) else 1
+    return SPELLINGS[value]
 
 
 def gen(rng: random.Random, depth: int = 0) -> Any:
@@ -71,7 +78,7 @@ def mutate(rng: random.Random, tree: Any) -> Any:
             return [walk(v) for v in node]
         roll = rng.random()
         if roll < 0.25 and not isinstance(node, bool) and node in SPELLINGS:
-            return SPELLINGS[node]
+            return respell(node)
         if roll < 0.3:
             return rng.choice(SCALARS)
         return node
@@ -106,7 +113,11 @@ def subset(desired: Any, live: Any) -> bool:
     if isinstance(desired, dict):
         return isinstance(live, dict) and all(subset(v, live.get(k)) for k, v in desired.items())
     if isinstance(desired, list):
-        return isinstance(live, list) and len(desired) <= len(live) and all(subset(d, l) for d, l in zip(desired, live))
+        return (
+            isinstance(live, list)
+            and len(desired) <= len(live)
+            and all(subset(d, v) for d, v in zip(desired, live, strict=False))
+        )
     return desired == live
 
 

@@ -90,8 +90,9 @@ async def _run(config: SimConfig, credentials_out: Path | None) -> None:
     async with anyio.create_task_group() as tg:
         url, _ = await tg.start(serve, config)
         if credentials_out is not None:
-            credentials_out.touch(mode=0o600)
-            credentials_out.write_bytes(
+            out = anyio.Path(credentials_out)
+            await out.touch(mode=0o600)
+            await out.write_bytes(
                 msgspec.json.encode(
                     CredentialsOut(
                         url=url,

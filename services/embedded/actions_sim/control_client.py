@@ -39,7 +39,9 @@ def _identity(x: Any) -> Any:
 class _Methods:
     """The control API's vocabulary; ``_call`` returns a value (sync) or an awaitable (async)."""
 
-    def _call(self, method: str, path: str, body: Any = None, type_: Any = None, pick: Callable = _identity) -> Any:
+    def _call(
+        self, method: str, path: str, body: Any = None, type_: Any = None, pick: Callable[[Any], Any] = _identity
+    ) -> Any:
         raise NotImplementedError
 
     def enqueue_jobs(
@@ -166,7 +168,9 @@ class SyncSimControl(_Methods):
         self.timeout = timeout
         self._ssl = _ssl_context(ca_pem)
 
-    def _call(self, method: str, path: str, body: Any = None, type_: Any = None, pick: Callable = _identity) -> Any:
+    def _call(
+        self, method: str, path: str, body: Any = None, type_: Any = None, pick: Callable[[Any], Any] = _identity
+    ) -> Any:
         data = None if body is None else msgspec.json.encode(body)
         req = urllib.request.Request(self.url + path, data=data, method=method)
         if data is not None:
@@ -188,7 +192,7 @@ class SimControl(_Methods):
         self._ssl = _ssl_context(ca_pem)
         self.sync = SyncSimControl(url, timeout, ca_pem)
 
-    async def _acall(self, method: str, path: str, body: Any, type_: Any, pick: Callable) -> Any:
+    async def _acall(self, method: str, path: str, body: Any, type_: Any, pick: Callable[[Any], Any]) -> Any:
         data = None if body is None else msgspec.json.encode(body)
         headers = {"Content-Type": "application/json"} if data is not None else {}
         timeout = aiohttp.ClientTimeout(total=self.timeout)
@@ -203,7 +207,9 @@ class SimControl(_Methods):
                 raise SimControlError(method, path, resp.status, raw.decode(errors="replace"))
         return pick(msgspec.json.decode(raw, type=type_)) if type_ is not None else None
 
-    def _call(self, method: str, path: str, body: Any = None, type_: Any = None, pick: Callable = _identity) -> Any:
+    def _call(
+        self, method: str, path: str, body: Any = None, type_: Any = None, pick: Callable[[Any], Any] = _identity
+    ) -> Any:
         return self._acall(method, path, body, type_, pick)
 
 

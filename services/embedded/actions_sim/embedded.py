@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from types import TracebackType
 
@@ -55,10 +56,8 @@ class SimulatorThread:
         if self._thread is None:
             return
         if self._stop is not None and self._token is not None and self._thread.is_alive():
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
                 anyio.from_thread.run_sync(self._stop.set, token=self._token)
-            except RuntimeError:
-                pass  # the loop already ended
         self._thread.join(timeout)
         self._thread = None
 

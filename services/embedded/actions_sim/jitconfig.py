@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import TypeVar
 
 import msgspec
+
+S = TypeVar("S", bound=msgspec.Struct)
 
 
 class RunnerFile(msgspec.Struct, rename="camel"):
@@ -58,12 +61,15 @@ def decode_jit_config(encoded: str) -> JitConfig:
         files = msgspec.json.decode(base64.b64decode(encoded, validate=True), type=dict[str, str])
     except (binascii.Error, ValueError, msgspec.DecodeError):
         raise JitConfigError("JIT config is not base64 of a JSON object of files") from None
-    parts = {}
-    for name, struct in ((".runner", RunnerFile), (".credentials", CredentialsFile)):
-        if name not in files:
-            raise JitConfigError(f"JIT config lacks the {name} file")
-        try:
-            parts[name] = msgspec.json.decode(base64.b64decode(files[name], validate=True), type=struct)
-        except (binascii.Error, ValueError, msgspec.DecodeError) as exc:
-            raise JitConfigError(f"JIT config file {name} is invalid: {type(exc).__name__}") from None
-    return JitConfig(runner=parts[".runner"], credentials=parts[".credentials"])
+    return JitConfig(
+        runner=_jit_file(files, ".runner", RunnerFile), credentials=_jit_file(files, ".credentials", CredentialsFile)
+    )
+
+
+def _jit_file(files: dict[str, str], name: str, struct: type[S]) -> S:
+    if name not in files:
+        raise JitConfigError(f"JIT config lacks the {name} file")
+    try:
+        return msgspec.json.decode(base64.b64decode(files[name], validate=True), type=struct)
+    except (binascii.Error, ValueError, msgspec.DecodeError) as exc:
+        raise JitConfigError(f"JIT config file {name} is invalid: {type(exc).__name__}") from None

@@ -105,7 +105,7 @@ async def _run(
     timeout: float,
     on_started: Callable[[views.RunnerJob], Awaitable[None]] | None,
 ) -> RunnerOutcome:
-    status, raw = await _request(http, "POST", "/_runner/connect", timeout=timeout, json=views.RunnerConnect(version))
+    status, _ = await _request(http, "POST", "/_runner/connect", timeout=timeout, json=views.RunnerConnect(version))
     if status == 403:
         log.info("runner rejected as outdated", runner=name, version=version)
         return RunnerOutcome(exit_code=EXIT_OUTDATED, reason="outdated", runner_name=name)

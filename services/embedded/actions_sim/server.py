@@ -41,6 +41,7 @@ from services.embedded.actions_sim.settings import SimConfig, public_key_pem
 from services.embedded.actions_sim.tls import server_context
 from services.embedded.actions_sim.tokens import TokenError, TokenIssuer, opaque_token, verify_app_jwt
 from services.embedded.actions_sim.world import (
+    RunnerRecord,
     ScaleSetRecord,
     ScopeRef,
     ServiceFault,
@@ -534,7 +535,7 @@ class Simulator:
 
     # -- runner-side API -----------------------------------------------------------------------
 
-    def runner_from_token(self, request: web.Request) -> Any:
+    def runner_from_token(self, request: web.Request) -> RunnerRecord:
         token = self.bearer(request)
         runner = self.world.runner_by_token(token) if token else None
         if runner is None:
@@ -629,6 +630,9 @@ class Simulator:
             runner_name=job.runner_name,
             attempts=job.attempts,
             final_result=job.final_result,
+            queue_time=job.queue_time,
+            runner_assign_time=job.runner_assign_time,
+            finish_time=job.finish_time,
         )
 
     async def sim_enqueue_jobs(self, request: web.Request) -> web.Response:
@@ -855,7 +859,12 @@ class Simulator:
         response = await handler(request)
         if rule.kind == "after":
             return _fault_response(rule)
-        if rule.kind == "bom" and isinstance(response, web.Response) and response.body:
+        if (
+            rule.kind == "bom"
+            and isinstance(response, web.Response)
+            and isinstance(response.body, bytes | bytearray)
+            and response.body
+        ):
             response.body = b"\xef\xbb\xbf" + bytes(response.body)
         return response
 
@@ -962,9 +971,10 @@ def _fault_response(rule: views.FaultRule) -> web.Response:
 def _safe_headers(request: web.Request) -> dict[str, str]:
     """Request headers for the request log, with credentials reduced to their scheme."""
     out = {}
-    for key, value in request.headers.items():
+    for key, raw in request.headers.items():
+        value = raw
         if key.lower() in ("authorization", "proxy-authorization"):
-            value = value.partition(" ")[0]
+            value = raw.partition(" ")[0]
         elif key.lower() == "cookie":
             value = "[redacted]"
         out[key] = value
@@ -982,8 +992,8 @@ async def serve(
         ssl_context = server_context(config.tls) if config.tls else None
         site = web.TCPSite(runner, config.host, config.port, ssl_context=ssl_context)
         await site.start()
-        sockets = site._server.sockets if site._server else []
-        port = sockets[0].getsockname()[1] if sockets else config.port
+        addresses = runner.addresses  # (host, port, …) of each listening socket
+        port = int(addresses[0][1]) if addresses else config.port
         url = f"{'https' if ssl_context else 'http'}://{config.host}:{port}"
         log.info("actions simulator listening", url=url, orgs=config.seed.orgs)
         task_status.started((url, simulator))

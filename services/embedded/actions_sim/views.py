@@ -95,6 +95,10 @@ class JobView(msgspec.Struct, kw_only=True):
     runner_name: str
     attempts: int
     final_result: str
+    # Simulator clock (epoch seconds): queued, handed to a runner, finished (None until then).
+    queue_time: float = 0.0
+    runner_assign_time: float | None = None
+    finish_time: float | None = None
 
 
 class RunnerView(msgspec.Struct, kw_only=True):

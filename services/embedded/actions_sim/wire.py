@@ -8,6 +8,8 @@ the service must tell "absent or zero" from a value (PATCH applies only non-zero
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from msgspec import UNSET, UnsetType
 
@@ -78,7 +80,7 @@ class ScaleSetRequest(msgspec.Struct, rename="camel"):
 
 class Envelope(msgspec.Struct):
     count: int
-    value: list
+    value: list[Any]
 
 
 class SessionRequest(msgspec.Struct, rename="camel"):

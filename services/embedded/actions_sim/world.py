@@ -500,11 +500,12 @@ class World:
     def ack_message(self, scale_set_id: int, message_id: int) -> None:
         """Q2. Acking twice is fine (a retried delete); an id never issued is 404 (assumption)."""
         queue = self.queues.get(scale_set_id)
-        for m in queue.messages if queue else []:
-            if m.message_id == message_id:
-                m.acked = True
-                self._prune(queue)
-                return
+        if queue is not None:
+            for m in queue.messages:
+                if m.message_id == message_id:
+                    m.acked = True
+                    self._prune(queue)
+                    return
         raise ServiceFault(404, exception_name("MessageNotFoundException"), f"No message with id {message_id}.")
 
     @staticmethod
@@ -522,7 +523,7 @@ class World:
 
     def _event(self, cls: type, job: JobRecord, **extra: object) -> wire.JobMessage:
         zero = self.settings.zero_runner_request_id and self.settings.mode == "dotcom"
-        return cls(
+        event: wire.JobMessage = cls(
             runner_request_id=0 if zero else job.runner_request_id,
             job_id=job.job_id,
             repository_name=job.repository,
@@ -538,6 +539,7 @@ class World:
             finish_time=rfc3339(job.finish_time),
             **extra,
         )
+        return event
 
     # -- jobs ----------------------------------------------------------------------------------
 
@@ -732,9 +734,12 @@ class World:
                 self.touch()
         by_scale_set: dict[int, list[JobRecord]] = {i: [] for i in self.scale_sets}
         for job in list(self.open_jobs.values()):
-            if job.state == "assigned" and job.scale_set_assign_time is not None:
-                if now >= job.scale_set_assign_time + s.assign_timeout * (job.attempts + 1):
-                    self._cancel_assignment(job, now=now)
+            if (
+                job.state == "assigned"
+                and job.scale_set_assign_time is not None
+                and now >= job.scale_set_assign_time + s.assign_timeout * (job.attempts + 1)
+            ):
+                self._cancel_assignment(job, now=now)
             if job.state == "queued" and job.scale_set_id is None:
                 self._route(job)
             if job.scale_set_id in by_scale_set:
@@ -800,7 +805,7 @@ class World:
         if not idle:
             return
         waiting = [j for j in mine if j.state == "assigned" and j.runner_id is None]
-        for job, runner in zip(waiting, idle):
+        for job, runner in zip(waiting, idle, strict=False):
             job.runner_id, job.runner_name, job.runner_assign_time = runner.id, runner.name, now
             runner.job_id, runner.status = job.job_id, "busy"
             self.touch()

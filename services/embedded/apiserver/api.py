@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import posixpath
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -95,7 +96,8 @@ class Api:
 
     def _remove(self, key: str, namespace: str, name: str) -> Obj:
         if self._dry:
-            return clone(self.store.get(key, namespace, name))
+            kept: Obj = clone(self.store.get(key, namespace, name))
+            return kept
         return self.store.remove(key, namespace, name).obj
 
     def dry_run(self, enabled: bool) -> _DryRun:
@@ -434,7 +436,7 @@ class Api:
         taken_resources.discard("")
         taken_kinds.discard("")
         conflict = None
-        accepted: Obj = {"plural": "", "kind": ""}
+        granted: Obj = {"plural": "", "kind": ""}
         for which, pool, reason in (
             ("plural", taken_resources, "PluralConflict"),
             ("singular", taken_resources, "SingularConflict"),
@@ -454,10 +456,10 @@ class Api:
                 else None
             )
             if clash is None:
-                accepted[which] = value
+                granted[which] = value
             else:
                 conflict = (reason, f'"{clash}" is already in use')
-        return conflict, accepted
+        return conflict, granted
 
     def clean_up_crd(self, name: str) -> bool:
         """The CRD finalizer controller: delete a terminating CRD's objects, then release it."""
@@ -571,7 +573,7 @@ class Api:
             else:
                 pool = self.store.items(rt.key, ns_filter)
         filtered = bool(labels.requirements or fields)
-        matched = []
+        matched: list[Obj] = []
         last_key: ObjKey | None = None
         more = False
         for obj in pool:
@@ -868,7 +870,7 @@ class Api:
         return WriteResult(new, warnings)
 
     def _status_update(self, rt: ResourceType, old: Obj, new: Obj) -> Obj:
-        result = clone(old)
+        result: Obj = clone(old)
         if "status" in new and new["status"] is not None:
             result["status"] = new["status"]
         else:
@@ -1101,7 +1103,7 @@ class Api:
         self._replace(rt.key, new)
         return WriteResult(new)
 
-    def report_namespace_deletion(self, name: str, remaining: list[tuple[str, Obj]]) -> None:
+    def report_namespace_deletion(self, name: str, remaining: Sequence[tuple[str, Obj]]) -> None:
         """The namespace controller's status conditions on a Terminating namespace: what content
         and which finalizers still hold it."""
         ns = self.store.get("/namespaces", "", name)

@@ -78,4 +78,5 @@ def prune_builtin(group: str, kind: str, obj: dict[str, Any]) -> tuple[dict[str,
 
 def prune_object_meta(meta: dict[str, Any], pruned: list[str]) -> dict[str, Any]:
     """Drop unknown ``metadata`` fields (custom resources decode metadata as ObjectMeta too)."""
-    return _prune(meta, "V1ObjectMeta", "metadata", pruned)
+    kept: dict[str, Any] = _prune(meta, "V1ObjectMeta", "metadata", pruned)
+    return kept

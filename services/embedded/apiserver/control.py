@@ -20,6 +20,18 @@ class ControlError(RuntimeError):
     """The control endpoint refused a request (bad rule, unknown path) or could not be reached."""
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ControlError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _items(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise ControlError(f"expected a JSON array, got {type(value).__name__}")
+    return value
+
+
 class EmulatorControl:
     def __init__(self, base_url: str, timeout: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
@@ -69,14 +81,14 @@ class EmulatorControl:
         """Read (no arguments) or change settings: watch_lag_seconds, bookmark_interval_seconds,
         gc_delay_seconds, gc_paused."""
         if not changes:
-            return self._call("GET", "/_emulator/settings")
-        return self._call("PUT", "/_emulator/settings", changes)
+            return _obj(self._call("GET", "/_emulator/settings"))
+        return _obj(self._call("PUT", "/_emulator/settings", changes))
 
     def state(self) -> dict[str, Any]:
-        return self._call("GET", "/_emulator/state")
+        return _obj(self._call("GET", "/_emulator/state"))
 
     def request_counts(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/_emulator/requests")
+        return _items(self._call("GET", "/_emulator/requests"))
 
     def reset_request_counts(self) -> None:
         self._call("DELETE", "/_emulator/requests")
@@ -88,12 +100,14 @@ class EmulatorControl:
 
     async def _acall(self, method: str, path: str, body: Any = None) -> Any:
         timeout = aiohttp.ClientTimeout(total=self.timeout)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.request(method, self.base_url + path, json=body) as resp:
-                text = await resp.text()
-                if resp.status >= 400:
-                    raise ControlError(f"{method} {path}: HTTP {resp.status}: {text[:300]}")
-                return json.loads(text or "null")
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.request(method, self.base_url + path, json=body) as resp,
+        ):
+            text = await resp.text()
+            if resp.status >= 400:
+                raise ControlError(f"{method} {path}: HTTP {resp.status}: {text[:300]}")
+            return json.loads(text or "null")
 
     async def add_fault_async(self, rule: FaultRule | None = None, **fields: Any) -> int:
         rule = rule or FaultRule(**fields)
@@ -114,11 +128,11 @@ class EmulatorControl:
 
     async def settings_async(self, **changes: Any) -> dict[str, Any]:
         if not changes:
-            return await self._acall("GET", "/_emulator/settings")
-        return await self._acall("PUT", "/_emulator/settings", changes)
+            return _obj(await self._acall("GET", "/_emulator/settings"))
+        return _obj(await self._acall("PUT", "/_emulator/settings", changes))
 
     async def state_async(self) -> dict[str, Any]:
-        return await self._acall("GET", "/_emulator/state")
+        return _obj(await self._acall("GET", "/_emulator/state"))
 
     async def request_counts_async(self) -> list[dict[str, Any]]:
-        return await self._acall("GET", "/_emulator/requests")
+        return _items(await self._acall("GET", "/_emulator/requests"))

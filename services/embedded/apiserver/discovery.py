@@ -128,7 +128,8 @@ def openapi_index(registry: Registry) -> dict[str, Any]:
     return {"paths": paths}
 
 
-_QUERY = lambda name: {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}  # noqa: E731
+def _query(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
 
 
 def openapi_group_version(registry: Registry, group: str, version: str) -> dict[str, Any]:
@@ -137,7 +138,7 @@ def openapi_group_version(registry: Registry, group: str, version: str) -> dict[
         gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
         prefix = "/" + _gv_path(group, version)
         base = f"{prefix}/namespaces/{{namespace}}/{rt.plural}" if rt.namespaced else f"{prefix}/{rt.plural}"
-        write_params = [_QUERY("dryRun"), _QUERY("fieldManager"), _QUERY("fieldValidation")]
+        write_params = [_query("dryRun"), _query("fieldManager"), _query("fieldValidation")]
         for path, ops in (
             (base, {"get": "list", "post": "post", "delete": "deletecollection"}),
             (base + "/{name}", {"get": "get", "put": "put", "patch": "patch", "delete": "delete"}),
@@ -156,7 +157,7 @@ def openapi_group_version(registry: Registry, group: str, version: str) -> dict[
                     "x-kubernetes-group-version-kind": gvk,
                 }
                 if method in ("post", "put", "patch"):
-                    op["parameters"] = list(write_params) + ([_QUERY("force")] if method == "patch" else [])
+                    op["parameters"] = list(write_params) + ([_query("force")] if method == "patch" else [])
                 item[method] = op
             paths[path] = item
     return {
@@ -291,7 +292,7 @@ def _columns(rt: ResourceType) -> list[dict[str, Any]]:
         # As the real printer: no AGE, and NAME only with -o wide (priority 1).
         names = ["Last Seen", "Type", "Reason", "Object", "Message"]
         cols = [{"name": n, "type": "string", "format": "", "description": n, "priority": 0} for n in names]
-        return cols + [{**name_col, "priority": 1}]
+        return [*cols, {**name_col, "priority": 1}]
     cols = [name_col] + [{"name": n, "type": t, "format": "", "description": n, "priority": 0} for n, t in extra]
     cols.append({"name": "Age", "type": "string", "format": "", "description": "creation time", "priority": 0})
     return cols
@@ -334,7 +335,7 @@ def _builtin_cells(rt: ResourceType, obj: dict[str, Any]) -> list[Any]:
         return cells
     else:
         cells = []
-    return cells + [_age(meta.get("creationTimestamp"))]
+    return [*cells, _age(meta.get("creationTimestamp"))]
 
 
 def table_row(rt: ResourceType, obj: dict[str, Any], include_object: str) -> dict[str, Any]:
@@ -349,7 +350,7 @@ def table_row(rt: ResourceType, obj: dict[str, Any], include_object: str) -> dic
     elif rt.kind == "Event":
         cells = _builtin_cells(rt, obj)
     else:
-        cells = [name] + _builtin_cells(rt, obj)
+        cells = [name, *_builtin_cells(rt, obj)]
     row: dict[str, Any] = {"cells": cells}
     if include_object == "Object":
         row["object"] = obj

@@ -245,7 +245,11 @@ class Controllers:
             fins = om.get("finalizers") or []
             if "orphan" not in fins and "foregroundDeletion" not in fins:
                 continue
-            deps = [(d[0], o) for d in sorted(index.dependents.get(om["uid"], ())) if (o := self._get(d)) is not None]
+            deps = [
+                (d[0], dep_obj)
+                for d in sorted(index.dependents.get(om["uid"], ()))
+                if (dep_obj := self._get(d)) is not None
+            ]
             if "orphan" in fins:
                 for dkey, current in deps:
                     refs = [r for r in current["metadata"].get("ownerReferences") or [] if r.get("uid") != om["uid"]]
@@ -256,34 +260,36 @@ class Controllers:
                 for dkey, dep in deps:
                     if not dep["metadata"].get("deletionTimestamp"):
                         self._delete(dkey, dep)
-                    if any(
-                        r.get("uid") == om["uid"] and r.get("blockOwnerDeletion")
-                        for r in dep["metadata"].get("ownerReferences") or []
+                    if (
+                        any(
+                            r.get("uid") == om["uid"] and r.get("blockOwnerDeletion")
+                            for r in dep["metadata"].get("ownerReferences") or []
+                        )
+                        and store.get(dkey, dep["metadata"].get("namespace", ""), dep["metadata"]["name"]) is not None
                     ):
-                        if store.get(dkey, dep["metadata"].get("namespace", ""), dep["metadata"]["name"]) is not None:
-                            blocking = True
+                        blocking = True
                 if not blocking:
-                    current = store.get(key, om.get("namespace", ""), om["name"])
-                    if current is not None:
-                        left = [f for f in current["metadata"].get("finalizers") or [] if f != "foregroundDeletion"]
-                        self._merge(key, current, {"metadata": {"finalizers": left or None}})
+                    latest = store.get(key, om.get("namespace", ""), om["name"])
+                    if latest is not None:
+                        left = [f for f in latest["metadata"].get("finalizers") or [] if f != "foregroundDeletion"]
+                        self._merge(key, latest, {"metadata": {"finalizers": left or None}})
 
         # Dependents whose owners are all gone are collected; dangling references are dropped.
         dirty, index.dirty = index.dirty, set()
         for ref in sorted(dirty):
-            o = self._get(ref)
-            if o is None:
+            obj = self._get(ref)
+            if obj is None:
                 continue
-            refs = o["metadata"].get("ownerReferences") or []
+            refs = obj["metadata"].get("ownerReferences") or []
             if not refs:
                 continue
-            absent = absent_owner_refs(o, self._owner_by_uid)
+            absent = absent_owner_refs(obj, self._owner_by_uid)
             if not absent:
                 continue
             if len(absent) == len(refs):
-                if not o["metadata"].get("deletionTimestamp"):
-                    self._delete(ref[0], o)
+                if not obj["metadata"].get("deletionTimestamp"):
+                    self._delete(ref[0], obj)
             else:
                 kept = [r for r in refs if r not in absent]
-                self._merge(ref[0], o, {"metadata": {"ownerReferences": kept}})
+                self._merge(ref[0], obj, {"metadata": {"ownerReferences": kept}})
         return store.rv != before

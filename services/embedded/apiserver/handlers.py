@@ -273,8 +273,8 @@ async def handle_resource(
             raw = await request.read()
             body = _decode_body(raw, request.headers.get("Content-Type", ""), rt.kind)
             with api.dry_run(dry):
-                res = api.create(rt, info.namespace, body, fv, raw=raw)
-            return json_response(res.obj, res.code, res.warnings)
+                created = api.create(rt, info.namespace, body, fv, raw=raw)
+            return json_response(created.obj, created.code, created.warnings)
         if method == "DELETE":
             options.list_options(query)
             opts = parse_delete_options(await _delete_options_body(request), query)
@@ -302,15 +302,15 @@ async def handle_resource(
         raw = await request.read()
         body = _decode_body(raw, request.headers.get("Content-Type", ""), rt.kind)
         with api.dry_run(dry):
-            res = api.update(rt, ns, info.name, body, info.subresource, fv, raw=raw)
-        return json_response(res.obj, res.code, res.warnings)
+            written = api.update(rt, ns, info.name, body, info.subresource, fv, raw=raw)
+        return json_response(written.obj, written.code, written.warnings)
     if method == "PATCH":
         dry, fv = _write_options(request)
         ctype = request.headers.get("Content-Type", "")
         options.force_only_for_apply(query, ctype.split(";", 1)[0].strip().lower() == APPLY_PATCH)
         raw = await request.read()
         with api.dry_run(dry):
-            res = api.patch(
+            written = api.patch(
                 rt,
                 ns,
                 info.name,
@@ -320,14 +320,14 @@ async def handle_resource(
                 fv,
                 field_manager=query.get("fieldManager") or "",
             )
-        return json_response(res.obj, res.code, res.warnings)
+        return json_response(written.obj, written.code, written.warnings)
     if method == "DELETE":
         if info.subresource:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         opts = parse_delete_options(await _delete_options_body(request), query)
         with api.dry_run(opts.dry_run):
-            res = api.delete(rt, ns, info.name, opts)
-        return json_response(res.obj, res.code)
+            deleted = api.delete(rt, ns, info.name, opts)
+        return json_response(deleted.obj, deleted.code)
     raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
 

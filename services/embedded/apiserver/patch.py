@@ -417,8 +417,9 @@ def _schema_child(schema: dict[str, Any] | None, key: str) -> dict[str, Any] | N
     if not schema:
         return None
     props = schema.get("properties") or {}
-    if key in props:
-        return props[key]
+    child = props.get(key)
+    if isinstance(child, dict):
+        return child
     extra = schema.get("additionalProperties")
     return extra if isinstance(extra, dict) else None
 

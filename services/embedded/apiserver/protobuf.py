@@ -36,7 +36,8 @@ class ProtobufError(ValueError):
 
 @cache
 def _tables() -> dict[str, Any]:
-    return json.loads(TABLES.read_text())
+    tables: dict[str, Any] = json.loads(TABLES.read_text())
+    return tables
 
 
 @cache
@@ -68,6 +69,7 @@ def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
     while pos < len(buf):
         key, pos = _varint(buf, pos)
         number, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, pos = _varint(buf, pos)
         elif wire == 2:

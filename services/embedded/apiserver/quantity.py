@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from typing import Any
 
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
@@ -75,7 +76,7 @@ def canonical(text: str | int | float) -> str:
     return f"{n}{_DECIMAL_SUFFIX[exp]}"
 
 
-def canonicalise_pod(pod: dict) -> list[str]:
+def canonicalise_pod(pod: dict[str, Any]) -> list[str]:
     """Rewrite a pod's quantities in canonical form; returns the paths of invalid ones."""
     bad: list[str] = []
     spec = pod.get("spec") or {}

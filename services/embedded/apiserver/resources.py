@@ -13,7 +13,8 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
 _BASE_FIELDS = ("metadata.name", "metadata.namespace")
-_POD_FIELDS = _BASE_FIELDS + (
+_POD_FIELDS = (
+    *_BASE_FIELDS,
     "spec.nodeName",
     "spec.restartPolicy",
     "spec.schedulerName",
@@ -108,7 +109,7 @@ def builtin_types() -> list[ResourceType]:
             status_subresource=True,
             selectable_fields=("metadata.name", "spec.unschedulable"),
         ),
-        _builtin("", "v1", "secrets", "Secret", True, selectable_fields=_BASE_FIELDS + ("type",)),
+        _builtin("", "v1", "secrets", "Secret", True, selectable_fields=(*_BASE_FIELDS, "type")),
         _builtin("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
         _builtin("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",), return_deleted_object=True),
         _builtin(
@@ -118,8 +119,8 @@ def builtin_types() -> list[ResourceType]:
             "Event",
             True,
             short_names=("ev",),
-            selectable_fields=_BASE_FIELDS
-            + (
+            selectable_fields=(
+                *_BASE_FIELDS,
                 "involvedObject.kind",
                 "involvedObject.namespace",
                 "involvedObject.name",

@@ -287,6 +287,13 @@ def process_custom_object(
         {k: v for k, v in old.items() if k not in ("apiVersion", "kind", "metadata")} if old is not None else MISSING
     )
     validate(body, _without_meta(schema), "", causes, old_body)
+    # A structural schema may restrict metadata.name and metadata.generateName (nothing else there).
+    meta_props = ((schema.get("properties") or {}).get("metadata") or {}).get("properties") or {}
+    meta = out.get("metadata") if isinstance(out.get("metadata"), dict) else {}
+    old_meta = (old.get("metadata") or {}) if old is not None else {}
+    for field in ("name", "generateName"):
+        if field in meta_props and field in meta:
+            validate(meta[field], meta_props[field], f"metadata.{field}", causes, old_meta.get(field, MISSING))
     return out, pruned, causes
 
 

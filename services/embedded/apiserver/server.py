@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client import Counter as PromCounter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -145,9 +147,9 @@ class Emulator:
         ssl_context = server_context(self.tls) if self.tls is not None else None
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ssl_context)
         await site.start()
-        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        addresses = self._runner.addresses  # (host, port, …) of each listening socket
+        if addresses:
+            self.port = int(addresses[0][1])
         self._gc_task = asyncio.get_running_loop().create_task(self.controllers.run())
         log.info("apiserver emulator listening", url=self.url)
         return self.url
@@ -156,10 +158,8 @@ class Emulator:
         self.cut_watches(reason="shutdown")
         if self._gc_task:
             self._gc_task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._gc_task
-            except asyncio.CancelledError:
-                pass
         if self._runner:
             await self._runner.cleanup()
             self._runner = None
@@ -230,7 +230,7 @@ class Emulator:
     # --- HTTP ----------------------------------------------------------------------------------
 
     @web.middleware
-    async def _middleware(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
         if path.startswith("/_emulator/") or path in ("/metrics", "/healthz", "/livez", "/readyz"):
             return await handler(request)
@@ -297,8 +297,8 @@ class Emulator:
             return handle_openapi(path, self)
         info = request.get(INFO_KEY)
         if info is not None and info.is_resource:
-            return await handle_resource(request, info, self, request.get(DROP_AFTER_KEY))  # type: ignore[arg-type]
-        if path in ("/api", "/apis") or path.startswith("/api/") or path.startswith("/apis/"):
+            return await handle_resource(request, info, self, request.get(DROP_AFTER_KEY))
+        if path in ("/api", "/apis") or path.startswith(("/api/", "/apis/")):
             if request.method != "GET":
                 raise errors.resource_not_found()
             return handle_discovery(path, self, f"{self.host}:{self.port}")
@@ -455,8 +455,7 @@ class BackgroundEmulator:
     def call(self, fn: Callable[[], T], timeout: float = 10.0) -> T:
         """Run ``fn`` on the emulator's loop and return its result (store access is not thread-safe)."""
         assert self.loop is not None
-        fut: asyncio.Future[T] = asyncio.run_coroutine_threadsafe(_as_coro(fn), self.loop)  # type: ignore[arg-type]
-        return fut.result(timeout)
+        return asyncio.run_coroutine_threadsafe(_as_coro(fn), self.loop).result(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.loop is not None and self._thread is not None and self._thread.is_alive():

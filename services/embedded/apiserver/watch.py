@@ -9,6 +9,7 @@ past N. Bookmarks (when allowed) come shortly before the deadline and every book
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from dataclasses import dataclass
@@ -116,11 +117,9 @@ async def serve_watch(
                 if request.transport is None or request.transport.is_closing():
                     break  # the client went away
                 watcher.wakeup.clear()
-                try:
-                    # Wake at least every 5 s to notice a client that disconnected.
+                # Wake at least every 5 s to notice a client that disconnected.
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(watcher.wakeup.wait(), timeout=min(max(wait, 0.001), 5.0))
-                except TimeoutError:
-                    pass
                 continue
             ev = watcher.pending[0]
             lag = emu.settings.watch_lag_seconds
@@ -137,10 +136,8 @@ async def serve_watch(
     finally:
         store.watchers.discard(watcher)
         emu.open_watches.discard(watcher)
-    try:
+    with contextlib.suppress(ConnectionResetError, RuntimeError):
         await resp.write_eof()
-    except (ConnectionResetError, RuntimeError):
-        pass
     return resp
 
 

@@ -5,7 +5,9 @@ Actions service simulator, the node simulator and the four workers. Then it does
 does with ARC — creates a namespace, a GitHub token Secret and an AutoscalingRunnerSet — and
 queues waves of jobs at the simulator. It prints one status line per tick (jobs, desired
 runners, runners by phase) and checks that the set scales up for the jobs and back down to
-``minRunners`` when they are done. Exit code 0 when it did; 1 when it did not within the time.
+``minRunners`` when they are done, then prints a summary (summary.py: jobs run, p50/p99 job
+queued → runner Running and job finished → runner removed, API writes per runner). Exit code 0
+when it did; 1 when it did not within the time.
 
 With ``--kubeconfig FILE`` it uses that cluster instead of starting the emulator (node-sim is its
 scheduler and kubelet there): it installs the CRDs, works in its own namespaces, and at the end
@@ -21,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import aiohttp
 import anyio
@@ -29,6 +31,7 @@ import msgspec
 import nats
 
 from services.embedded.demo.cluster import CRDS, DemoKube, crd_documents
+from services.embedded.demo.summary import JobTimes, RequestCount, summarize
 from services.embedded.demo.supervisor import ChildSpec, free_port, supervised
 from shared.bus import messages as bus_messages
 from shared.bus import subjects
@@ -101,13 +104,16 @@ def parse_args(argv: list[str]) -> DemoOptions:
     )
 
 
+Say = Callable[[str], None]  # prints one line of the demo's own output
+
+
 def _bin(name: str) -> str:
     """A console script or the nats-server binary beside this interpreter (the venv's bin/)."""
     beside = Path(sys.executable).parent / name
     return str(beside) if beside.exists() else name
 
 
-def _ars_manifest(config_url: str, opts: DemoOptions) -> dict:
+def _ars_manifest(config_url: str, opts: DemoOptions) -> dict[str, Any]:
     return {
         "apiVersion": "actions.github.com/v1alpha1",
         "kind": "AutoscalingRunnerSet",
@@ -134,14 +140,14 @@ def _ars_manifest(config_url: str, opts: DemoOptions) -> dict:
     }
 
 
-async def _sim(session: aiohttp.ClientSession, method: str, url: str, body: dict | None = None):
+async def _sim(session: aiohttp.ClientSession, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
     with anyio.fail_after(15):
         async with session.request(method, url, json=body) as r:
             r.raise_for_status()
             return await r.json(content_type=None)
 
 
-def _phase_counts(runners: list[dict]) -> dict[str, int]:
+def _phase_counts(runners: list[dict[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in runners:
         phase = (r.get("status") or {}).get("phase") or "New"
@@ -166,7 +172,10 @@ Workload = Callable[
 
 async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, workload: Workload | None = None) -> int:
     """The demo; ``log`` receives the children's output, ``out`` the demo's own lines."""
-    say = lambda msg: print(msg, file=out, flush=True)  # noqa: E731
+
+    def say(msg: str) -> None:
+        print(msg, file=out, flush=True)
+
     external = bool(opts.kubeconfig)
     kubeconfig = Path(opts.kubeconfig) if external else workdir / "kubeconfig"
     creds = workdir / "actions-sim.json"
@@ -323,16 +332,26 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
                 nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=-1)
                 try:
 
-                    async def on_desired(msg) -> None:
+                    async def on_desired(msg: Any) -> None:
                         try:
                             state = bus_messages.decode(msg.subject, msg.data)
                         except Exception as exc:
                             latest["desired"] = f"undecodable desired state: {exc}"
                             return
-                        latest["desired"] = f"desired={state.replicas} patchId={state.patch_id}"
+                        if isinstance(state, bus_messages.DesiredState):
+                            latest["desired"] = f"desired={state.replicas} patchId={state.patch_id}"
 
                     await nc.subscribe(f"{subjects.PREFIX}.desired.>", cb=on_desired)
-                    result = await (workload or _workload)(opts, kube, http, sim_url, say, latest)
+                    tracker = RunnerTracker(
+                        kube, f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/ephemeralrunners"
+                    )
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(tracker.run)
+                        result = await (workload or _workload)(opts, kube, http, sim_url, say, latest)
+                        if result == 0 and workload is None:  # the demo's own workload ends with the summary
+                            for line in await _summary(kube, http, sim_url, tracker):
+                                say(line)
+                        tg.cancel_scope.cancel()
                 finally:
                     await nc.close()
             finally:
@@ -346,12 +365,61 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
     return result
 
 
-async def _read_credentials(path: anyio.Path, timeout: float = 20.0) -> dict:
+class RunnerTracker:
+    """When each EphemeralRunner was first seen Running and when it was seen gone (for the
+    summary's latencies; sampled every 0.2 s, so that is their resolution)."""
+
+    def __init__(self, kube: DemoKube, path: str) -> None:
+        self.kube, self.path = kube, path
+        self.running_at: dict[str, float] = {}
+        self.removed_at: dict[str, float] = {}
+        self.seen: set[str] = set()
+
+    def observe(self, items: list[dict[str, Any]], now: float) -> None:
+        present = set()
+        for r in items:
+            name = (r.get("metadata") or {}).get("name", "")
+            present.add(name)
+            self.seen.add(name)
+            if (r.get("status") or {}).get("phase") == "Running":
+                self.running_at.setdefault(name, now)
+        for name in self.seen - present:
+            self.removed_at.setdefault(name, now)
+
+    async def run(self) -> None:
+        while True:
+            with anyio.move_on_after(5):
+                self.observe(await self.kube.list_items(self.path), time.time())
+            await anyio.sleep(0.2)  # the sampling period of a measurement, not synchronisation
+
+
+async def _summary(kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, tracker: RunnerTracker) -> list[str]:
+    """Jobs from the simulator (its clock is this host's), runners from the tracker; waits up to
+    15 s for the runners of finished jobs to be gone."""
+    deadline = time.monotonic() + 15
+    while True:
+        raw = await _sim(http, "GET", f"{sim_url}/_sim/jobs")
+        jobs = [
+            JobTimes(j.get("runner_name", ""), float(j.get("queue_time") or 0.0), j.get("finish_time"))
+            for j in (raw if isinstance(raw, list) else [])
+        ]
+        pending = [
+            j for j in jobs if j.finished is not None and j.runner_name and j.runner_name not in tracker.removed_at
+        ]
+        if not pending or time.monotonic() > deadline:
+            break
+        await anyio.sleep(0.5)  # display tick while the last runners go
+    counts = await kube.request_counts()
+    requests = None if counts is None else [msgspec.convert(c, RequestCount) for c in counts]
+    return summarize(jobs, tracker.running_at, tracker.removed_at, requests, len(tracker.seen)).lines()
+
+
+async def _read_credentials(path: anyio.Path, timeout: float = 20.0) -> dict[str, Any]:
     """The simulator writes its credentials file right after it listens."""
     with anyio.fail_after(timeout):
         while True:
             if await path.exists() and (await path.stat()).st_size:
-                return msgspec.json.decode(await path.read_bytes())
+                return msgspec.json.decode(await path.read_bytes(), type=dict[str, Any])
             await anyio.sleep(0.1)  # bounded poll for a file another process writes
 
 
@@ -362,7 +430,7 @@ class Created(msgspec.Struct):
     namespaces: list[str] = msgspec.field(default_factory=list)
 
 
-async def _delete_scale_set(kube: DemoKube, opts: DemoOptions, say) -> None:
+async def _delete_scale_set(kube: DemoKube, opts: DemoOptions, say: Say) -> None:
     """Delete the AutoscalingRunnerSet while the workers still run: they remove the listener,
     runner sets, runners and pods, and their finalizers, as they would in production."""
     say(f"deleting AutoscalingRunnerSet {opts.namespace}/{SCALE_SET} ...")
@@ -380,7 +448,7 @@ async def _delete_scale_set(kube: DemoKube, opts: DemoOptions, say) -> None:
         say(f"the workers left {await kube.arc_objects(namespaces)} object(s) after 90 s; removing them directly")
 
 
-async def _remove_created(kube: DemoKube, created: Created, say) -> bool:
+async def _remove_created(kube: DemoKube, created: Created, say: Say) -> bool:
     """With the workers stopped: release what is left, delete the namespaces and CRDs the demo
     created, and wait until they are gone."""
     for ns in created.namespaces:
@@ -394,13 +462,13 @@ async def _remove_created(kube: DemoKube, created: Created, say) -> bool:
 
 
 async def _workload(
-    opts: DemoOptions, kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, say, latest: dict[str, str]
+    opts: DemoOptions, kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, say: Say, latest: dict[str, str]
 ) -> int:
     deadline = time.monotonic() + opts.timeout
     ers_path = f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/ephemeralrunners"
     ars_path = f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/autoscalingrunnersets/{SCALE_SET}"
 
-    async def snapshot() -> tuple[dict, dict[str, int], int]:
+    async def snapshot() -> tuple[dict[str, int], dict[str, int], int]:
         jobs = await _sim(http, "GET", f"{sim_url}/_sim/jobs")
         by_state: dict[str, int] = {}
         for j in jobs if isinstance(jobs, list) else jobs.get("jobs", []):
@@ -410,7 +478,7 @@ async def _workload(
         current = int((ars.get("status") or {}).get("currentRunners") or 0)
         return by_state, _phase_counts(runners), current
 
-    async def wait_for(what: str, cond) -> bool:
+    async def wait_for(what: str, cond: Cond) -> bool:
         last = ""
         while time.monotonic() < deadline:
             jobs, phases, current = await snapshot()
@@ -448,10 +516,10 @@ async def _workload(
         want_up = min(opts.max_runners, opts.min_runners + count)
         if count and not await wait_for(
             f"scaled up (>= {want_up} runner(s) for wave {n}) or done",
-            lambda j, p, c, want_up=want_up, total=total: sum(p.values()) >= want_up or j.get("completed", 0) >= total,
+            _scaled_up_or_done(want_up, total),
         ):
             return 1
-        if not await wait_for(f"wave {n} completed", lambda j, p, c, total=total: j.get("completed", 0) >= total):
+        if not await wait_for(f"wave {n} completed", _completed(total)):
             return 1
     if not await wait_for(
         f"scaled back down to minRunners={opts.min_runners}",
@@ -460,6 +528,17 @@ async def _workload(
         return 1
     say(f"demo finished: {total} job(s) ran on ephemeral runners; the set scaled up and back down")
     return 0
+
+
+Cond = Callable[[dict[str, int], dict[str, int], int], bool]  # (jobs by state, runners by phase, currentRunners)
+
+
+def _scaled_up_or_done(want_up: int, total: int) -> Cond:
+    return lambda jobs, phases, _: sum(phases.values()) >= want_up or jobs.get("completed", 0) >= total
+
+
+def _completed(total: int) -> Cond:
+    return lambda jobs, _phases, _current: jobs.get("completed", 0) >= total
 
 
 def main(argv: list[str]) -> int:

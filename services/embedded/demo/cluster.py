@@ -65,6 +65,15 @@ class DemoKube:
             return False
         return True
 
+    async def request_counts(self) -> list[Obj] | None:
+        """The API emulator's request counters (``/_emulator/requests``); None on a real server."""
+        try:
+            data = await self.client.request("GET", "/_emulator/requests", what="GET /_emulator/requests")
+        except KubeError:
+            return None
+        counts = msgspec.json.decode(data) if data else None
+        return counts if isinstance(counts, list) else None
+
     async def get(self, path: str) -> Obj | None:
         try:
             return await self._call("GET", path)

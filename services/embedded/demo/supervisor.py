@@ -15,6 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import TextIO
 
 import anyio
 from anyio.abc import Process, TaskGroup
@@ -36,7 +37,8 @@ class ChildSpec:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 async def _port_open(port: int) -> bool:
@@ -49,7 +51,7 @@ async def _port_open(port: int) -> bool:
 
 
 class Supervisor:
-    def __init__(self, tg: TaskGroup, out=None) -> None:
+    def __init__(self, tg: TaskGroup, out: TextIO | None = None) -> None:
         self._tg = tg
         self._out = out or sys.stdout
         self._children: list[tuple[ChildSpec, Process]] = []
@@ -95,7 +97,7 @@ class Supervisor:
 
 
 @asynccontextmanager
-async def supervised(out=None) -> AsyncIterator[Supervisor]:
+async def supervised(out: TextIO | None = None) -> AsyncIterator[Supervisor]:
     async with anyio.create_task_group() as tg:
         sup = Supervisor(tg, out)
         try:

@@ -73,7 +73,7 @@ class KubeRest:
         content_type: str,
         timeout: aiohttp.ClientTimeout,
     ) -> aiohttp.ClientResponse:
-        return await self._api.call_api(
+        resp: aiohttp.ClientResponse = await self._api.call_api(
             path,
             method,
             query_params=query or [],
@@ -83,6 +83,7 @@ class KubeRest:
             _preload_content=False,
             _request_timeout=timeout,
         )
+        return resp
 
     async def request(
         self,

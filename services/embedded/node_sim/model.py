@@ -58,9 +58,12 @@ def is_terminal(pod: Obj) -> bool:
 def runner_container(pod: Obj) -> Obj | None:
     """The container named ``runner`` if it carries a JIT config env var (ARC's runner pod)."""
     for c in spec(pod).get("containers") or []:
-        if isinstance(c, dict) and c.get("name") == RUNNER_CONTAINER:
-            if any(isinstance(e, dict) and e.get("name") == JIT_ENV for e in c.get("env") or []):
-                return c
+        if (
+            isinstance(c, dict)
+            and c.get("name") == RUNNER_CONTAINER
+            and any(isinstance(e, dict) and e.get("name") == JIT_ENV for e in c.get("env") or [])
+        ):
+            return c
     return None
 
 
@@ -116,7 +119,7 @@ def image_pull_fails(image: str, patterns: list[str]) -> bool:
 
 def crash_backoff(restart_count: int, base: float, cap: float) -> float:
     """CrashLoopBackOff delay before restart number ``restart_count + 1`` (doubling, capped)."""
-    return min(cap, base * (2 ** max(restart_count, 0)))
+    return min(cap, base * float(2 ** max(restart_count, 0)))
 
 
 def should_restart(restart_policy: str, exit_code: int) -> bool:
@@ -428,7 +431,7 @@ def render_status(pod: Obj, rt: PodRuntime, now: str) -> Obj:
     """The full pod status for the runtime view, keeping condition transition times that did not
     change and the status fields the node sim does not own."""
     old = pod.get("status") or {}
-    old_conds = {c.get("type"): c for c in old.get("conditions") or [] if isinstance(c, dict)}
+    old_conds: dict[str, Obj] = {str(c.get("type")): c for c in old.get("conditions") or [] if isinstance(c, dict)}
     status: Obj = {k: v for k, v in old.items() if k not in _OWNED}
     restart_policy = spec(pod).get("restartPolicy") or "Always"
     phase = pod_phase(rt, restart_policy)

@@ -9,6 +9,7 @@ live in the node sim's task group; a worker ends when its pod is gone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -685,7 +686,7 @@ class PodWorker:
                 cwd = str(self.node.pod_dir(self.rt))
                 if cspec.get("workingDir"):
                     wd = rewrite_path(str(cspec["workingDir"]), mounts)
-                    if os.path.isdir(wd):
+                    if await anyio.Path(wd).is_dir():
                         cwd = wd
                 try:
                     argv = build_command(cspec, env, mounts)
@@ -998,15 +999,11 @@ def _materialise(root: Path, files: dict[str, list[tuple[str, bytes, int]]]) -> 
 
 async def _terminate(proc: Process, grace: float, kill: bool) -> None:
     """SIGTERM the process group (SIGKILL when ``kill``), SIGKILL after ``grace`` seconds."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
     with anyio.move_on_after(grace):
         await proc.wait()
     if proc.returncode is None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         await proc.wait()

@@ -168,8 +168,8 @@ def resolve_env(pod: Obj, container: Obj, objects: Objects, pod_ip: str = "", ho
     """The container's environment as the kubelet builds it: envFrom first, then env in order
     (later wins), values expanded against what is defined so far. Raises ConfigError."""
     env: dict[str, str] = {}
-    for ef in container.get("envFrom") or []:
-        ef = ef or {}
+    for ef_or_none in container.get("envFrom") or []:
+        ef = ef_or_none or {}
         prefix = str(ef.get("prefix") or "")
         for kind, key in (("secrets", "secretRef"), ("configmaps", "configMapRef")):
             ref = ef.get(key)

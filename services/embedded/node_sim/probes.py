@@ -45,7 +45,7 @@ def _port(value: Any, container: Obj) -> int | None:
 
 def probe_plan(probe: Obj, container: Obj, pod_ip: str) -> ProbePlan:
     """Defaults as the API server sets them (period 10 s, timeout 1 s, thresholds 1 / 3)."""
-    common = dict(
+    common: dict[str, Any] = dict(
         initial_delay=float(probe.get("initialDelaySeconds") or 0),
         period=float(probe.get("periodSeconds") or 10),
         timeout=float(probe.get("timeoutSeconds") or 1),
