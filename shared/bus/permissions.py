@@ -37,6 +37,7 @@ from shared.bus import subjects
 __all__ = [
     "COMPONENTS",
     "Permissions",
+    "auth_secret",
     "authorization",
     "generate_passwords",
     "password_env_var",
@@ -152,3 +153,23 @@ def render_authorization(passwords: Mapping[str, str], indent: str = "") -> str:
 def generate_passwords(components: tuple[str, ...] = COMPONENTS) -> dict[str, str]:
     """A fresh random password per component (the embedded default, at every start)."""
     return {c: secrets.token_urlsafe(24) for c in components}
+
+
+def auth_secret(
+    namespace: str, name: str = "runnerscale-nats-auth", passwords: Mapping[str, str] | None = None
+) -> dict[str, object]:
+    """The Secret of the plain manifests (deploy/nats): one key per component holding its password.
+
+    ``runnerscale bus secret | kubectl apply -f -`` creates it (README "Deploying to a cluster").
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "nats", "app.kubernetes.io/part-of": "runnerscale"},
+        },
+        "type": "Opaque",
+        "stringData": dict(passwords if passwords is not None else generate_passwords()),
+    }

@@ -135,3 +135,15 @@ async def test_a_component_publishes_on_its_own_subjects(
         ack = await bus.publish(message)
         assert not ack.duplicate
         assert await bus.last_message(subject_for(message)) == message
+
+
+def test_bus_secret_prints_a_fresh_password_per_component(capsys: pytest.CaptureFixture[str]) -> None:
+    from shared.bus.cli import main
+
+    assert main(["secret", "--namespace", "ci"]) == 0
+    first = msgspec.json.decode(capsys.readouterr().out)
+    assert (first["kind"], first["metadata"]["namespace"]) == ("Secret", "ci")
+    assert set(first["stringData"]) == set(perms.COMPONENTS)
+    assert main(["secret"]) == 0
+    second = msgspec.json.decode(capsys.readouterr().out)
+    assert all(len(pw) >= 24 and pw != second["stringData"][c] for c, pw in first["stringData"].items())
