@@ -702,7 +702,7 @@ async def _connect(settings: BusSettings, name: str) -> NatsClient:
     if settings.creds_file:
         options["user_credentials"] = settings.creds_file
     if settings.user:
-        options.update(user=settings.user, password=settings.password)
+        options.update(user=settings.user, password=settings.effective_password)
     if settings.token:
         options["token"] = settings.token
     # nats-py retries the first connection itself (every reconnect_wait) when reconnects are

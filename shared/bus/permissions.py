@@ -10,7 +10,7 @@ runner-set     RevisionApplied; acks of the desired-state and revision consumers
 scale-set      RevisionPublished; acks of its revision consumer
 runner         acks of the job consumer
 listener-pod   acks of its change consumer, plus everything the listener may do (it writes its
-               own credentials into each listener's config, README "Listener pods")
+               own credentials into each listener's config, README "listener-pod worker")
 bus-setup      the JetStream API only (creates/checks streams and buckets)
 observer       subscribes to desired states only (the demo's "desired=" line)
 =============  ==================================================================================
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
+from pathlib import Path
 
 import msgspec
 
@@ -43,6 +44,7 @@ __all__ = [
     "password_env_var",
     "permissions_for",
     "render_authorization",
+    "write_local_credentials",
 ]
 
 P = subjects.PREFIX
@@ -173,3 +175,25 @@ def auth_secret(
         "type": "Opaque",
         "stringData": dict(passwords if passwords is not None else generate_passwords()),
     }
+
+
+def write_local_credentials(directory: Path) -> dict[str, str]:
+    """The Procfile's credentials: ``nats-auth.conf`` (the table, for ``nats-server -c``) and one
+    ``nats-<component>.password`` file per component (mode 0600) in ``directory``.
+
+    Passwords already written there are kept, so a restart of some processes keeps working.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    passwords: dict[str, str] = {}
+    for component, fresh in generate_passwords().items():
+        path = directory / f"nats-{component}.password"
+        if path.is_file() and path.read_text().strip():
+            passwords[component] = path.read_text().strip()
+            continue
+        path.touch(mode=0o600)
+        path.write_text(fresh + "\n")
+        passwords[component] = fresh
+    conf = directory / "nats-auth.conf"
+    conf.touch(mode=0o600)
+    conf.write_text(render_authorization(passwords))
+    return passwords

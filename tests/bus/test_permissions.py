@@ -147,3 +147,39 @@ def test_bus_secret_prints_a_fresh_password_per_component(capsys: pytest.Capture
     assert main(["secret"]) == 0
     second = msgspec.json.decode(capsys.readouterr().out)
     assert all(len(pw) >= 24 and pw != second["stringData"][c] for c, pw in first["stringData"].items())
+
+
+async def test_local_credentials_serve_the_procfile(tmp_path: Path) -> None:
+    """`runnerscale bus local-credentials`: the server config and a password file per component;
+    a worker with --nats-password-file connects; a second run keeps the passwords."""
+    first = perms.write_local_credentials(tmp_path / "state")
+    assert perms.write_local_credentials(tmp_path / "state") == first
+    assert (tmp_path / "state" / "nats-runner.password").stat().st_mode & 0o077 == 0
+    server = NatsServer(
+        port=_free_port(), store_dir=tmp_path / "js", extra_args=["-c", str(tmp_path / "state" / "nats-auth.conf")]
+    )
+    server.start()
+    try:
+        settings = msgspec.structs.replace(
+            _settings(server, first, None),
+            user="runner",
+            password_file=str(tmp_path / "state" / "nats-runner.password"),
+        )
+        async with Bus.connect(settings) as bus:
+            assert bus.connected
+        with pytest.raises(BusUnavailable):
+            async with Bus.connect(msgspec.structs.replace(settings, user="scale-set")):
+                pass
+    finally:
+        server.stop()
+
+
+def test_a_password_and_a_password_file_are_one_too_many(tmp_path: Path) -> None:
+    from shared.bus import SettingsError
+    from shared.bus.settings import validate
+
+    path = tmp_path / "pw"
+    path.write_text("x\n")
+    with pytest.raises(SettingsError, match="RUNNERSCALE_NATS_PASSWORD_FILE"):
+        validate(BusSettings(user="runner", password="y", password_file=str(path)))
+    assert BusSettings(user="runner", password_file=str(path)).effective_password == "x"
