@@ -88,14 +88,14 @@ def test_the_rendered_configuration_is_valid_for_nats_server(tmp_path: Path) -> 
 
 
 async def test_a_process_without_credentials_is_refused_with_a_bus_error(auth_server, passwords) -> None:
-    with pytest.raises(BusUnavailable, match="cannot connect to NATS"):
+    with pytest.raises(BusUnavailable, match=r"cannot connect to NATS .*: authorization violation"):
         async with Bus.connect(_settings(auth_server, passwords, None)):
             pass
 
 
 async def test_a_wrong_password_is_refused_without_leaking_it(auth_server, passwords) -> None:
     bad = msgspec.structs.replace(_settings(auth_server, passwords, "listener"), password="not-the-password-42")
-    with pytest.raises(BusUnavailable) as err:
+    with pytest.raises(BusUnavailable, match="authorization violation") as err:
         async with Bus.connect(bad):
             pass
     assert "not-the-password-42" not in str(err.value)
