@@ -61,10 +61,15 @@ def _kv(bucket: str) -> str:
 
 
 class Permissions(msgspec.Struct, frozen=True):
-    """Subjects a NATS user may publish to and subscribe to (``allow`` lists; all else is denied)."""
+    """Subjects a NATS user may publish to and subscribe to (``allow`` lists; all else is denied).
+
+    ``publish_deny`` carves JetStream API calls no runtime process makes out of ``$JS.API.>``
+    (deny wins over allow in nats-server).
+    """
 
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    publish_deny: tuple[str, ...] = ()
 
 
 _LEASES = (_kv(subjects.SHARDS_BUCKET), _kv(subjects.MEMBERS_BUCKET), _kv(subjects.LEADERS_BUCKET))
@@ -92,6 +97,24 @@ _PUBLISH: dict[str, tuple[str, ...]] = {
 }
 _SUBSCRIBE: dict[str, tuple[str, ...]] = {"observer": (f"{P}.desired.>",)}
 
+# Nothing at run time deletes a stream, a consumer or a stored message, or purges a stream other
+# than the members bucket (a replica's own member key on shutdown, shared/bus/leases.py).
+_STREAM_NAMES = (*(s.name for s in subjects.STREAMS), *(f"KV_{b}" for b in subjects.BUCKETS))
+_RUNTIME_DENY = (
+    "$JS.API.STREAM.DELETE.>",
+    "$JS.API.CONSUMER.DELETE.>",
+    "$JS.API.STREAM.MSG.DELETE.>",
+    *(f"$JS.API.STREAM.PURGE.{name}" for name in _STREAM_NAMES if name != f"KV_{subjects.MEMBERS_BUCKET}"),
+)
+_LISTENER_DENY = (*_RUNTIME_DENY, f"$JS.API.STREAM.PURGE.KV_{subjects.MEMBERS_BUCKET}")
+_DENY: dict[str, tuple[str, ...]] = {
+    "listener": _LISTENER_DENY,
+    "runner-set": _RUNTIME_DENY,
+    "scale-set": _RUNTIME_DENY,
+    "runner": _RUNTIME_DENY,
+    "listener-pod": _RUNTIME_DENY,
+}
+
 COMPONENTS: tuple[str, ...] = tuple(_PUBLISH)
 
 
@@ -104,7 +127,11 @@ def permissions_for(component: str) -> Permissions:
     own = _PUBLISH[component]
     if component == "observer":
         return Permissions(publish=(), subscribe=_dedupe((*_SUBSCRIBE[component], INBOX)))
-    return Permissions(publish=_dedupe((JS_API, *own)), subscribe=_dedupe((*_SUBSCRIBE.get(component, ()), INBOX)))
+    return Permissions(
+        publish=_dedupe((JS_API, *own)),
+        subscribe=_dedupe((*_SUBSCRIBE.get(component, ()), INBOX)),
+        publish_deny=_DENY.get(component, ()),
+    )
 
 
 def password_env_var(component: str) -> str:
@@ -124,6 +151,8 @@ def authorization(passwords: Mapping[str, str]) -> dict[str, list[dict[str, obje
             continue
         perms = permissions_for(component)
         publish: dict[str, list[str]] = {"allow": list(perms.publish)} if perms.publish else {"deny": [">"]}
+        if perms.publish_deny:
+            publish["deny"] = list(perms.publish_deny)
         users.append(
             {
                 "user": component,

@@ -183,3 +183,17 @@ def test_a_password_and_a_password_file_are_one_too_many(tmp_path: Path) -> None
     with pytest.raises(SettingsError, match="RUNNERSCALE_NATS_PASSWORD_FILE"):
         validate(BusSettings(user="runner", password="y", password_file=str(path)))
     assert BusSettings(user="runner", password_file=str(path)).effective_password == "x"
+
+
+@pytest.mark.parametrize("component", ["listener", "runner-set"])
+async def test_a_component_cannot_delete_or_purge_the_desired_stream(auth_server, passwords, component: str) -> None:
+    """`$JS.API.>` minus what no runtime process does: deleting or purging a stream is refused."""
+    import nats.js.errors
+
+    from shared.bus import subjects
+
+    async with Bus.connect(_settings(auth_server, passwords, component)) as bus:
+        for call in (bus.js.delete_stream, bus.js.purge_stream):
+            with pytest.raises((nats.errors.TimeoutError, nats.js.errors.Error, TimeoutError)):
+                await call(subjects.DESIRED_STREAM.name)
+        assert (await bus.js.stream_info(subjects.DESIRED_STREAM.name)).config.name == subjects.DESIRED_STREAM.name

@@ -150,7 +150,11 @@ def test_bus_setup_job_on_the_deployed_nats_cluster(nats_cluster: list[str]) -> 
         check=False,
         capture_output=True,
         text=True,
-        env={**env, "RUNNERSCALE_NATS_PASSWORD": "wrong", "RUNNERSCALE_NATS_CONNECT_TIMEOUT": "2"},
+        env={**env, "RUNNERSCALE_NATS_PASSWORD": "not-the-password-1234", "RUNNERSCALE_NATS_CONNECT_TIMEOUT": "2"},
         timeout=60,
     )
-    assert wrong.returncode != 0 and "cannot connect to NATS" in wrong.stderr and "wrong" not in wrong.stderr
+    assert (
+        wrong.returncode != 0
+        and "cannot connect to NATS" in wrong.stderr
+        and "not-the-password-1234" not in wrong.stderr
+    )
