@@ -220,7 +220,7 @@ class BusPassThrough:
             servers=tuple(s.nats_urls),
             credentials_file=s.creds_file,
             user=s.user,
-            password=s.password,
+            password=s.effective_password,
             token=s.token,
             tls_ca=s.tls_ca,
             request_timeout_seconds=s.request_timeout,

@@ -702,7 +702,7 @@ async def _connect(settings: BusSettings, name: str) -> NatsClient:
     if settings.creds_file:
         options["user_credentials"] = settings.creds_file
     if settings.user:
-        options.update(user=settings.user, password=settings.password)
+        options.update(user=settings.user, password=settings.effective_password)
     if settings.token:
         options["token"] = settings.token
     # nats-py retries the first connection itself (every reconnect_wait) when reconnects are
@@ -717,7 +717,18 @@ async def _connect(settings: BusSettings, name: str) -> NatsClient:
             await nc.close()
         raise BusUnavailable(
             f"cannot connect to NATS at {', '.join(redact_url(u) for u in settings.nats_urls)} "
-            f"within {settings.connect_timeout}s: {type(last).__name__}"
+            f"within {settings.connect_timeout}s: {_connect_failure(last)}"
         ) from None
     m.CONNECTED.set(1)
     return nc
+
+
+def _connect_failure(exc: BaseException) -> str:
+    """Why the first connection failed, without credentials: a refused login says so plainly
+    (README "Authentication and permissions")."""
+    if "authorization violation" in str(exc).lower():
+        return (
+            "authorization violation: the server refused this process's credentials "
+            "(RUNNERSCALE_NATS_USER / _PASSWORD / _PASSWORD_FILE / _TOKEN / _CREDS missing or wrong)"
+        )
+    return type(exc).__name__

@@ -2,18 +2,23 @@
 
 runnerscale bus setup     create or check every stream and bucket (exit 1 on a conflict)
 runnerscale bus status    streams, consumers, shard owners and leaders, as JSON lines
+runnerscale bus local-credentials --dir DIR
+                          write nats-auth.conf and a password file per component (the Procfile)
+runnerscale bus secret    print a Secret with a fresh NATS password per component (JSON, for
+                          ``kubectl apply -f -``; README "Authentication and permissions")
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import anyio
 import msgspec
 import nats.js.errors
 
-from shared.bus import subjects
+from shared.bus import permissions, subjects
 from shared.bus.bus import Bus
 from shared.bus.errors import BusError, SettingsError
 from shared.bus.settings import BusSettings, add_bus_arguments, load_settings
@@ -21,9 +26,19 @@ from shared.bus.settings import BusSettings, add_bus_arguments, load_settings
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="runnerscale bus", description="set up and inspect the NATS bus")
-    parser.add_argument("action", choices=["setup", "status"])
+    parser.add_argument("action", choices=["setup", "status", "secret", "local-credentials"])
+    parser.add_argument("--dir", default=".runnerscale", help="where local-credentials writes its files")
+    parser.add_argument("--namespace", default="runnerscale-system", help="namespace of the Secret (secret)")
+    parser.add_argument("--secret-name", default="runnerscale-nats-auth", help="name of the Secret (secret)")
     add_bus_arguments(parser)
     args = parser.parse_args(argv)
+    if args.action == "local-credentials":
+        written = permissions.write_local_credentials(Path(args.dir))
+        print(msgspec.json.encode({"ok": True, "dir": args.dir, "users": sorted(written)}).decode())
+        return 0
+    if args.action == "secret":  # needs no NATS: the passwords are made here, printed once
+        print(msgspec.json.encode(permissions.auth_secret(args.namespace, args.secret_name)).decode())
+        return 0
     try:
         settings = load_settings(args)
         return anyio.run(_setup if args.action == "setup" else _status, settings)

@@ -49,6 +49,10 @@ class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
     password: Annotated[
         str, option("--nats-password", "RUNNERSCALE_NATS_PASSWORD", "NATS password (prefer the env var)", secret=True)
     ] = ""
+    # the password read from a file (e.g. the Procfile's .runnerscale/nats-<component>.password)
+    password_file: Annotated[
+        str, option("--nats-password-file", "RUNNERSCALE_NATS_PASSWORD_FILE", "file holding the NATS password")
+    ] = ""
     token: Annotated[
         str, option("--nats-token", "RUNNERSCALE_NATS_TOKEN", "NATS token (prefer the env var)", secret=True)
     ] = ""
@@ -125,6 +129,13 @@ class BusSettings(msgspec.Struct, frozen=True, kw_only=True):
         _problems(self)
 
     @property
+    def effective_password(self) -> str:
+        """The password, from ``password`` or read from ``password_file`` (stripped)."""
+        if self.password_file:
+            return Path(self.password_file).read_text().strip()
+        return self.password
+
+    @property
     def effective_renew_interval(self) -> float:
         return self.renew_interval or self.lease_ttl / 4
 
@@ -153,6 +164,8 @@ def load_settings(args: argparse.Namespace | None = None, environ: Mapping[str, 
 def register_secrets(s: BusSettings) -> None:
     """Mask the bus credentials in every later log line."""
     register_secret(s.password)
+    if s.password_file and Path(s.password_file).is_file():
+        register_secret(s.effective_password)
     register_secret(s.token)
     for url in s.nats_urls:  # nats://user:password@host also carries a secret
         register_secret(urlsplit(url).password)
@@ -174,12 +187,15 @@ def _problems(s: BusSettings) -> None:
             raise bad("nats_urls", f"{redact_url(url)!r} has an invalid port") from None
         if parts.scheme not in ("nats", "tls", "ws", "wss") or not parts.hostname:
             raise bad("nats_urls", f"{redact_url(url)!r} is not a nats://, tls://, ws:// or wss:// URL with a host")
-    auth_modes = [m for m, on in (("creds", s.creds_file), ("user", s.user or s.password), ("token", s.token)) if on]
+    has_password = bool(s.password or s.password_file)
+    auth_modes = [m for m, on in (("creds", s.creds_file), ("user", s.user or has_password), ("token", s.token)) if on]
     if len(auth_modes) > 1:
         raise bad("creds_file", f"choose one authentication method, got {' + '.join(auth_modes)}")
-    if bool(s.user) != bool(s.password):
+    if s.password and s.password_file:
+        raise bad("password_file", "give the password or a password file, not both")
+    if bool(s.user) != has_password:
         raise bad("user" if not s.user else "password", "user and password must be given together")
-    for field in ("creds_file", "tls_ca", "tls_cert", "tls_key"):
+    for field in ("creds_file", "password_file", "tls_ca", "tls_cert", "tls_key"):
         path = getattr(s, field)
         if path and not Path(path).is_file():
             raise bad(field, f"file {path!r} does not exist")

@@ -20,6 +20,8 @@ import anyio
 import pytest
 import yaml
 
+from shared.bus import permissions as bus_permissions
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 MANIFESTS = DEPLOY / "manifests"
@@ -69,6 +71,15 @@ def load_docs(*directories: Path) -> list[Doc]:
                 if obj is not None:
                     docs.append(Doc(path, i, obj))
     return docs
+
+
+#: The Secret `runnerscale bus secret | kubectl apply -f -` creates before `kubectl apply -k deploy/nats`
+#: (README "Authentication and permissions"); fixed passwords here so that tests can compare them.
+NATS_AUTH_PASSWORDS = {c: f"test-password-{c}" for c in bus_permissions.COMPONENTS}
+
+
+def nats_auth_doc() -> Doc:
+    return Doc(Path("runnerscale bus secret"), 0, bus_permissions.auth_secret(NAMESPACE, passwords=NATS_AUTH_PASSWORDS))
 
 
 def find(docs: list[Doc], kind: str, name: str) -> Doc:

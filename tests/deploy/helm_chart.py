@@ -55,6 +55,7 @@ CASES = {
             sets=(
                 "nats.replicas=5",
                 "bus.streamReplicas=5",
+                "nats.auth.method=token",
                 "nats.auth.token=a-token-from-values",
                 "nats.storage.storageClassName=fast",
                 "metrics=null",

@@ -10,7 +10,18 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.conftest import MANIFESTS, NAMESPACE, NATS, WORKERS, Doc, deployment_of, find, load_docs
+from tests.deploy.conftest import (
+    MANIFESTS,
+    NAMESPACE,
+    NATS,
+    NATS_AUTH_PASSWORDS,
+    WORKERS,
+    Doc,
+    deployment_of,
+    find,
+    load_docs,
+    nats_auth_doc,
+)
 
 MAINS = {
     "scale-set": "services.scale_set.worker:main",
@@ -30,7 +41,7 @@ def container_env(
     container: dict[str, Any], pod_name: str, docs: list[Doc] | None = None, namespace: str = NAMESPACE
 ) -> dict[str, str]:
     """The environment Kubernetes builds for ``container`` from ``docs`` (default: deploy/)."""
-    docs = load_docs(MANIFESTS, NATS) if docs is None else docs
+    docs = [*load_docs(MANIFESTS, NATS), nats_auth_doc()] if docs is None else docs
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
         if "configMapRef" in source:
@@ -81,7 +92,9 @@ def test_worker_accepts_its_deployment(worker: str, captured, monkeypatch: pytes
     assert settings.metrics_addr == ":8080" and settings.health_addr == ":8081"
     assert settings.namespaces == ()  # all namespaces
     assert list(settings.bus.nats_urls) == [bus_env["RUNNERSCALE_NATS_URL"]]
-    assert settings.bus.token == find(bus, "Secret", "runnerscale-nats-auth").obj["stringData"]["token"]
+    # Each worker connects as its own NATS user (README "Authentication and permissions").
+    assert (settings.bus.user, settings.bus.password) == (worker, NATS_AUTH_PASSWORDS[worker])
+    assert not settings.bus.token
     assert settings.bus.stream_replicas == int(bus_env["RUNNERSCALE_NATS_STREAM_REPLICAS"])
     assert settings.bus.lease_ttl == float(bus_env["RUNNERSCALE_BUS_LEASE_TTL"])
 
@@ -94,7 +107,7 @@ def test_flags_are_checked(captured) -> None:
 
 
 def test_listener_pod_passes_the_bus_to_listener_pods(captured, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Listener pods (runnerscale-system) get the worker's NATS URL and token through their config."""
+    """Listener pods (runnerscale-system) get the worker's NATS URL and user through their config."""
     from services.listener_pod import build
 
     container = deployment_of("listener-pod")["spec"]["template"]["spec"]["containers"][0]
@@ -103,7 +116,8 @@ def test_listener_pod_passes_the_bus_to_listener_pods(captured, monkeypatch: pyt
     assert _main("listener-pod")(container["args"][1:]) == 0
     settings = captured[0][2]
     passthrough = build.BusPassThrough.from_bus_settings(settings.bus)
-    assert passthrough.servers == (f"nats://nats.{NAMESPACE}.svc:4222",) and passthrough.token
+    assert passthrough.servers == (f"nats://nats.{NAMESPACE}.svc:4222",)
+    assert (passthrough.user, passthrough.password) == ("listener-pod", NATS_AUTH_PASSWORDS["listener-pod"])
 
 
 def test_bus_setup_job_accepts_its_settings(captured, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,7 +131,8 @@ def test_bus_setup_job_accepts_its_settings(captured, monkeypatch: pytest.Monkey
     assert bus_main(container["args"][1:]) == 0
     ((_setup, settings),) = captured
     bus_env = find(load_docs(NATS), "ConfigMap", "runnerscale-bus").obj["data"]
-    assert settings.stream_replicas == int(bus_env["RUNNERSCALE_NATS_STREAM_REPLICAS"]) and settings.token
+    assert settings.stream_replicas == int(bus_env["RUNNERSCALE_NATS_STREAM_REPLICAS"])
+    assert (settings.user, settings.password) == ("bus-setup", NATS_AUTH_PASSWORDS["bus-setup"])
 
 
 def test_listener_pods_agree_with_the_workers_on_streams_and_leases(captured, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,7 +160,8 @@ def test_listener_pods_agree_with_the_workers_on_streams_and_leases(captured, mo
         "ephemeral_runner_set_name": "arc-runner-set",
         "nats": {
             "servers": list(p.servers),
-            "token": p.token,
+            "user": p.user,
+            "password": p.password,
             "request_timeout_seconds": p.request_timeout_seconds,
             "publish_deadline_seconds": p.publish_deadline_seconds,
         },
@@ -156,4 +172,5 @@ def test_listener_pods_agree_with_the_workers_on_streams_and_leases(captured, mo
         environ={"POD_NAME": "listener-0", "LISTENER_CONFIG_PATH": "/etc/gha-listener/config.json"},
     )
     assert listener.lease_ttl == worker.lease_ttl
-    assert listener.nats_urls == worker.nats_urls and listener.token == worker.token
+    assert listener.nats_urls == worker.nats_urls
+    assert (listener.user, listener.password) == (worker.user, worker.password) != ("", "")

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from shared import crds
+from shared.bus import permissions
 from tests.deploy.conftest import DEPLOY, MANIFESTS, NATS, ROOT, WORKERS, Doc, find, load_docs
 from tests.deploy.helm_chart import CASES, CHART, MAXIMAL, Case, default_values, leaf_paths, render, run_helm, template
 from tests.deploy.test_flags import _main, container_env, secret_data
@@ -230,7 +231,8 @@ PLAIN_NAMES = {
 
 def test_default_install_has_the_plain_manifests_objects(helm: Path) -> None:
     chart = {PLAIN_NAMES.get((d.kind, d.name), (d.kind, d.name)) for d in render(helm, "default")}
-    plain = {(d.kind, d.name) for d in load_docs(MANIFESTS, NATS)}
+    # the plain manifests' NATS Secret is made at install time (`runnerscale bus secret`)
+    plain = {(d.kind, d.name) for d in load_docs(MANIFESTS, NATS)} | {("Secret", "runnerscale-nats-auth")}
     # Helm creates the namespace (`--create-namespace`) and does not own it
     assert chart == plain - {("Namespace", "runnerscale-system")}
 
@@ -545,18 +547,32 @@ def test_bundled_nats_values_reach_the_statefulset(helm: Path) -> None:
     assert "--listener-metrics-addr=0" in pod_container(docs, case, "listener-pod")[1]["args"]
 
 
-def test_generated_token_is_shared_by_nats_and_the_workers(helm: Path) -> None:
+def test_generated_passwords_are_shared_by_nats_and_the_workers(helm: Path) -> None:
+    """Method users (the default): a random password per component in one Secret, each worker and
+    the setup Job connect as their own user, the servers read every password from it."""
     docs = render(helm, "default")
-    secret = find(docs, "Secret", "runnerscale-nats-auth").obj
-    token = secret_data(secret)["token"]
-    assert re.fullmatch(r"[A-Za-z0-9]{48}", token)
+    passwords = secret_data(find(docs, "Secret", "runnerscale-nats-auth").obj)
+    assert set(passwords) == set(permissions.COMPONENTS)
+    assert all(re.fullmatch(r"[A-Za-z0-9]{32}", pw) for pw in passwords.values())
+    assert len(set(passwords.values())) == len(passwords)
     nats_env = _env(find(docs, "StatefulSet", "runnerscale-nats").obj["spec"]["template"]["spec"]["containers"][0])
-    assert nats_env["NATS_TOKEN"]["secretKeyRef"] == {"name": "runnerscale-nats-auth", "key": "token"}
-    for worker in WORKERS:
-        assert _env(pod_container(docs, CASES["default"], worker)[1])["RUNNERSCALE_NATS_TOKEN"]["secretKeyRef"] == {
+    for component in permissions.COMPONENTS:
+        assert nats_env[permissions.password_env_var(component)]["secretKeyRef"] == {
             "name": "runnerscale-nats-auth",
-            "key": "token",
+            "key": component,
         }
+    assert "NATS_TOKEN" not in nats_env
+    for worker in WORKERS:
+        env = _env(pod_container(docs, CASES["default"], worker)[1])
+        assert env["RUNNERSCALE_NATS_USER"] == worker
+        assert env["RUNNERSCALE_NATS_PASSWORD"]["secretKeyRef"] == {"name": "runnerscale-nats-auth", "key": worker}
+    job_env = _env(find(docs, "Job", "runnerscale-bus-setup").obj["spec"]["template"]["spec"]["containers"][0])
+    assert job_env["RUNNERSCALE_NATS_USER"] == "bus-setup"
+
+
+def test_chart_authorization_is_the_permissions_table() -> None:
+    refs = {c: f"${permissions.password_env_var(c)}" for c in permissions.COMPONENTS}
+    assert (CHART / "files" / "nats-authorization.conf").read_text() == permissions.render_authorization(refs)
 
 
 def test_external_creds_are_mounted(helm: Path) -> None:
@@ -586,10 +602,17 @@ BAD_VALUES = [
     (("metrics.controllerManagerAddr=:8081",), "must use different ports"),
     (("config.shutdownTimeout=30",), "config.shutdownTimeout must be below terminationGracePeriodSeconds"),
     (("nats.url=nats://elsewhere:4222",), "set nats.bundled=false"),
-    (("nats.auth.method=creds",), "the bundled NATS cluster authenticates clients with a token"),
+    (("nats.auth.method=creds",), "nats.auth.method must be users or token"),
     (("bus.streamReplicas=5",), "bus.streamReplicas (5) cannot exceed nats.replicas (3)"),
     (("nats.bundled=false",), "nats.url is required when nats.bundled is false"),
-    (("nats.bundled=false", "nats.url=nats://n:4222"), "an existing NATS cluster needs its token"),
+    (
+        ("nats.bundled=false", "nats.url=nats://n:4222"),
+        "users on an existing NATS cluster needs nats.auth.existingSecret",
+    ),
+    (
+        ("nats.bundled=false", "nats.url=nats://n:4222", "nats.auth.method=token"),
+        "an existing NATS cluster needs its token",
+    ),
     (("nats.bundled=false", "nats.url=nats://n:4222", "nats.auth.method=creds"), "needs nats.auth.existingSecret"),
     (("serviceAccount.create=false",), "serviceAccount.name is required"),
     (("serviceAccount.name=default",), 'must not be "default"'),
@@ -668,6 +691,8 @@ def test_workers_accept_the_rendered_pods(
         assert settings.bus.user == "runnerscale" and settings.bus.password == "s3cret-password"
         assert settings.bus.tls_ca.endswith("bundle.pem") and settings.ownership == "nats"
         assert settings.bus.lease_ttl == 12 and settings.lease_duration == 12
+    elif case == "default":
+        assert settings.namespaces == () and settings.bus.user == worker and settings.bus.password
     else:
         assert settings.namespaces == () and settings.bus.token
 
@@ -682,7 +707,7 @@ def test_bus_setup_job_accepts_its_settings(helm: Path, captured, monkeypatch: p
         monkeypatch.setenv(name, value)
     assert bus_main(container["args"][1:]) == 0
     ((_setup, settings),) = captured
-    assert settings.stream_replicas == 3 and settings.token
+    assert settings.stream_replicas == 3 and settings.user == "bus-setup" and settings.password
 
 
 # --- chart files generated elsewhere ----------------------------------------------------------------------
@@ -733,3 +758,24 @@ def test_readme_documents_every_value() -> None:
     assert not undocumented, f"values without a README row: {sorted(undocumented)}"
     unknown = {d for d in documented if not any(p == d or p.startswith(f"{d}.") for p in values)}
     assert not unknown, f"README rows for values the chart does not have: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("case", ["default", "bundled-custom"])
+def test_bundled_nats_config_is_valid_for_nats_server(helm: Path, case: str, tmp_path: Path) -> None:
+    """Users (default) or token (bundled-custom): the rendered nats.conf is accepted by nats-server."""
+    import os
+    import subprocess
+
+    from tests.fixtures.nats import nats_server_binary
+
+    docs = render(helm, case)
+    conf = next(d for d in docs if d.kind == "ConfigMap" and d.name.endswith("-nats-config")).obj["data"]["nats.conf"]
+    path = tmp_path / "nats.conf"
+    path.write_text(conf)
+    env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": "nats-0", "NATS_TOKEN": "t"}
+    env |= {permissions.password_env_var(c): f"pw-{c}" for c in permissions.COMPONENTS}
+    done = subprocess.run(
+        [nats_server_binary(), "-t", "-c", str(path)], capture_output=True, text=True, env=env, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert ('user: "runner-set"' in conf) == (case == "default")

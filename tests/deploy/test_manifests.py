@@ -25,6 +25,7 @@ from tests.deploy.conftest import (
     deployment_of,
     find,
     load_docs,
+    nats_auth_doc,
 )
 
 # Kubernetes YAML under deploy/; the Helm chart's files are templates, checked by tests/deploy/test_helm.py.
@@ -156,7 +157,8 @@ def _pod_specs(docs: list[Doc]) -> list[tuple[Doc, dict[str, Any]]]:
 
 
 def test_references_resolve() -> None:
-    docs = load_docs(*INSTALL)
+    # The NATS credentials Secret is made at install time (`runnerscale bus secret`), not shipped.
+    docs = [*load_docs(*INSTALL), nats_auth_doc()]
     have = {(d.kind, d.name) for d in docs}
     for doc, pod in _pod_specs(docs):
         if "serviceAccountName" in pod:

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from shared.bus import subjects
-from tests.deploy.conftest import NAMESPACE, NATS, RUNNERSCALE, find, load_docs
+from shared.bus import permissions, subjects
+from tests.deploy.conftest import NAMESPACE, NATS, NATS_AUTH_PASSWORDS, RUNNERSCALE, find, load_docs
 from tests.deploy.test_flags import container_env
 from tests.fixtures.nats import _free_port, nats_server_binary
 
-TOKEN = find(load_docs(NATS), "Secret", "runnerscale-nats-auth").obj["stringData"]["token"]
+# What the nats-server containers get from the Secret runnerscale-nats-auth (statefulset.yaml).
+SERVER_ENV = {permissions.password_env_var(c): pw for c, pw in NATS_AUTH_PASSWORDS.items()}
 
 
 def nats_conf() -> str:
@@ -30,17 +31,30 @@ def nats_conf() -> str:
 def test_config_is_valid_for_nats_server(tmp_path: Path) -> None:
     conf = tmp_path / "nats.conf"
     conf.write_text(nats_conf())
-    env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": "nats-0", "NATS_TOKEN": TOKEN}
+    env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": "nats-0", **SERVER_ENV}
     ok = subprocess.run(
         [nats_server_binary(), "-t", "-c", str(conf)], check=False, capture_output=True, text=True, env=env, timeout=30
     )
     assert ok.returncode == 0, ok.stderr + ok.stdout
-    # The token really comes from the environment (the Secret): without it the config is refused.
-    env.pop("NATS_TOKEN")
+    # The passwords really come from the environment (the Secret): without one the config is refused.
+    env.pop("NATS_PASSWORD_RUNNER")
     bad = subprocess.run(
         [nats_server_binary(), "-t", "-c", str(conf)], check=False, capture_output=True, text=True, env=env, timeout=30
     )
-    assert bad.returncode != 0 and "NATS_TOKEN" in bad.stderr + bad.stdout
+    assert bad.returncode != 0 and "NATS_PASSWORD_RUNNER" in bad.stderr + bad.stdout
+
+
+def test_authorization_is_the_permissions_table() -> None:
+    """The users and permissions of deploy/nats are shared/bus/permissions.py's table, rendered
+    (regenerate with ``permissions.render_authorization`` after changing the table)."""
+    refs = {c: f"${permissions.password_env_var(c)}" for c in permissions.COMPONENTS}
+    assert permissions.render_authorization(refs) in nats_conf()
+    assert "token" not in nats_conf()
+    env = find(load_docs(NATS), "StatefulSet", "nats").obj["spec"]["template"]["spec"]["containers"][0]["env"]
+    from_secret = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in env if "secretKeyRef" in e.get("valueFrom", {})}
+    assert from_secret == {
+        permissions.password_env_var(c): {"name": "runnerscale-nats-auth", "key": c} for c in permissions.COMPONENTS
+    }
 
 
 def _local_conf(i: int, ports: list[tuple[int, int, int]], tmp: Path) -> str:
@@ -79,7 +93,7 @@ def nats_cluster(tmp_path: Path) -> Iterator[list[str]]:
         for i in range(3):
             conf = tmp_path / f"nats-{i}.conf"
             conf.write_text(_local_conf(i, ports, tmp_path))
-            env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": f"nats-{i}", "NATS_TOKEN": TOKEN}
+            env = {"PATH": os.environ.get("PATH", ""), "POD_NAME": f"nats-{i}", **SERVER_ENV}
             procs.append(
                 subprocess.Popen(
                     [nats_server_binary(), "-c", str(conf)],
@@ -128,7 +142,7 @@ def test_bus_setup_job_on_the_deployed_nats_cluster(nats_cluster: list[str]) -> 
     assert out["ok"] is True
     assert set(out["streams"]) == {s.name for s in subjects.STREAMS} | {f"KV_{b}" for b in subjects.BUCKETS}
 
-    # Idempotent (an upgrade re-runs the Job), and a wrong token is refused.
+    # Idempotent (an upgrade re-runs the Job), and a wrong password is refused.
     again = subprocess.run([RUNNERSCALE, *args], check=False, capture_output=True, text=True, env=env, timeout=60)
     assert again.returncode == 0, again.stderr
     wrong = subprocess.run(
@@ -136,7 +150,11 @@ def test_bus_setup_job_on_the_deployed_nats_cluster(nats_cluster: list[str]) -> 
         check=False,
         capture_output=True,
         text=True,
-        env={**env, "RUNNERSCALE_NATS_TOKEN": "wrong", "RUNNERSCALE_NATS_CONNECT_TIMEOUT": "2"},
+        env={**env, "RUNNERSCALE_NATS_PASSWORD": "not-the-password-1234", "RUNNERSCALE_NATS_CONNECT_TIMEOUT": "2"},
         timeout=60,
     )
-    assert wrong.returncode != 0 and TOKEN not in wrong.stderr
+    assert (
+        wrong.returncode != 0
+        and "cannot connect to NATS" in wrong.stderr
+        and "not-the-password-1234" not in wrong.stderr
+    )

@@ -1,6 +1,6 @@
 """Each worker started as its Deployment starts it: the container's args and the environment
-Kubernetes would build (ConfigMaps, Secret, fieldRefs), against the API emulator and a token-
-protected nats-server. Changed, and only these: the listen ports (free local ports instead of
+Kubernetes would build (ConfigMaps, Secret, fieldRefs), against the API emulator and a nats-server
+with the users and permissions of deploy/nats. Changed, and only these: the listen ports (free local ports instead of
 :8080/:8081), the NATS URL (the local server) and KUBECONFIG (the emulator; in a pod the in-cluster
 config is used). The probes' paths answer 200 on the port they name, /metrics serves the worker's
 metrics, and SIGTERM stops the process with exit 0 within terminationGracePeriodSeconds."""
@@ -17,21 +17,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.deploy.conftest import NATS, RUNNERSCALE, WORKERS, deployment_of, find, load_docs
+from shared.bus import permissions
+from tests.deploy.conftest import NATS_AUTH_PASSWORDS, RUNNERSCALE, WORKERS, deployment_of
 from tests.deploy.exported_metrics import PROCESS_COLLECTORS, exported_series
 from tests.deploy.test_flags import container_env
 from tests.fixtures.nats import NatsServer, _free_port
 
 pytestmark = pytest.mark.slow
 
-TOKEN = find(load_docs(NATS), "Secret", "runnerscale-nats-auth").obj["stringData"]["token"]
-
 
 @pytest.fixture(scope="module")
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = NatsServer(
-        port=_free_port(), store_dir=tmp_path_factory.mktemp("nats") / "js", extra_args=["--auth", TOKEN]
-    )
+    directory = tmp_path_factory.mktemp("nats")
+    conf = directory / "nats.conf"
+    conf.write_text(permissions.render_authorization(NATS_AUTH_PASSWORDS))
+    server = NatsServer(port=_free_port(), store_dir=directory / "js", extra_args=["-c", str(conf)])
     server.start()
     try:
         yield server.url

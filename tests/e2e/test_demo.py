@@ -63,6 +63,10 @@ def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path, kube_api
     else:
         per_runner = re.search(r"API writes per runner: ([\d.]+) \(", out)
         assert per_runner and 0 < float(per_runner.group(1)) < 100, out
+    # The bus was authenticated: one NATS user per component, the config readable by its owner only.
+    nats_conf = tmp_path / "demo" / "nats.conf"
+    assert nats_conf.stat().st_mode & 0o077 == 0
+    assert all(f'user: "{c}"' in nats_conf.read_text() for c in ("listener", "runner-set", "scale-set", "runner"))
     if target:
         assert "ok: the workers removed the scale set and everything it owned" in out
         assert "ok: cleaned up the cluster" in out

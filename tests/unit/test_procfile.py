@@ -46,3 +46,15 @@ def test_procfile_listens_on_loopback_only():
                 assert value.startswith("127.0.0.1:"), f"{name}: {flag} {value}"
         if argv[0] == "nats-server":
             assert argv[argv.index("-a") + 1] == "127.0.0.1"
+
+
+def test_procfile_bus_is_authenticated_one_user_per_worker():
+    """nats-server reads the users of `runnerscale bus local-credentials`; each worker connects as
+    its own user with its password file (README "Authentication and permissions")."""
+    entries = _entries()
+    nats = entries["nats"]
+    assert nats[nats.index("-c") + 1] == ".runnerscale/nats-auth.conf"
+    for name, argv in entries.items():
+        if "--nats-url" in argv:
+            assert argv[argv.index("--nats-user") + 1] == name
+            assert argv[argv.index("--nats-password-file") + 1] == f".runnerscale/nats-{name}.password"

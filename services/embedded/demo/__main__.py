@@ -34,6 +34,7 @@ from services.embedded.demo.cluster import CRDS, DemoKube, crd_documents
 from services.embedded.demo.summary import JobTimes, RequestCount, summarize
 from services.embedded.demo.supervisor import ChildSpec, free_port, supervised
 from shared.bus import messages as bus_messages
+from shared.bus import permissions as bus_permissions
 from shared.bus import subjects
 from shared.kube import KubeClient
 
@@ -186,6 +187,16 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
         "RUNNERSCALE_NATS_URL": nats_url,
         "RUNNERSCALE_LOG_LEVEL": "info" if opts.verbose else "warning",
     }
+    # An authenticated bus (README "Authentication and permissions"): a fresh password per
+    # component at every start, each process connecting as its own user with only its permissions.
+    passwords = bus_permissions.generate_passwords()
+    nats_conf = workdir / "nats.conf"
+    nats_conf.touch(mode=0o600)
+    nats_conf.write_text(bus_permissions.render_authorization(passwords))
+
+    def bus_env(component: str) -> dict[str, str]:
+        return {**env, "RUNNERSCALE_NATS_USER": component, "RUNNERSCALE_NATS_PASSWORD": passwords[component]}
+
     say(f"runnerscale demo: state and logs in {workdir}")
     namespaces = [opts.namespace, opts.controller_namespace]
     created = Created()
@@ -195,6 +206,8 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
                 "nats",
                 [
                     _bin("nats-server"),
+                    "-c",
+                    str(nats_conf),
                     "-a",
                     "127.0.0.1",
                     "-p",
@@ -275,7 +288,7 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
                         "--listener-image",
                         "ghcr.io/runnerscale/runnerscale:demo",
                     ],
-                    env=env,
+                    env=bus_env("scale-set"),
                 )
             )
             await sup.start(
@@ -291,11 +304,13 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
                         "--listener-health-addr",
                         "127.0.0.1:0",
                     ],
-                    env=env,
+                    env=bus_env("listener-pod"),
                 )
             )
-            await sup.start(ChildSpec("runner-set", [_bin("runnerscale"), "runner-set", *common], env=env))
-            await sup.start(ChildSpec("runner", [_bin("runnerscale"), "runner", *common], env=env))
+            await sup.start(
+                ChildSpec("runner-set", [_bin("runnerscale"), "runner-set", *common], env=bus_env("runner-set"))
+            )
+            await sup.start(ChildSpec("runner", [_bin("runnerscale"), "runner", *common], env=bus_env("runner")))
             where = (
                 f"the cluster of {kubeconfig}" if external else f"Kubernetes API emulator http://127.0.0.1:{kube_port}"
             )
@@ -329,7 +344,13 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
 
                 # Watch the desired state the listener publishes, as `nats sub 'runnerscale.desired.>'` would.
                 latest: dict[str, str] = {}
-                nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=-1)
+                nc = await nats.connect(
+                    nats_url,
+                    user="observer",
+                    password=passwords["observer"],
+                    connect_timeout=5,
+                    max_reconnect_attempts=-1,
+                )
                 try:
 
                     async def on_desired(msg: Any) -> None:

@@ -138,11 +138,31 @@ when a list is given: AutoscalingListeners and listener pods live there. */}}
 {{- default (printf "%s-nats-auth" (include "runnerscale.fullname" .)) .Values.nats.auth.existingSecret }}
 {{- end }}
 
-{{/* Environment variables with the NATS credentials (workers and the bus-setup Job). */}}
+{{/* The NATS users of method "users", one per component: shared/bus/permissions.py COMPONENTS. */}}
+{{- define "runnerscale.nats.components" -}}
+{{ list "listener" "runner-set" "scale-set" "runner" "listener-pod" "bus-setup" "observer" | toJson }}
+{{- end }}
+
+{{/* The nats-server variable holding a component's password (permissions.password_env_var). */}}
+{{- define "runnerscale.nats.passwordVar" -}}
+NATS_PASSWORD_{{ . | upper | replace "-" "_" }}
+{{- end }}
+
+{{/* Environment variables with the NATS credentials (workers and the bus-setup Job);
+dict "root" . "component" <a name of runnerscale.nats.components>. */}}
 {{- define "runnerscale.nats.authEnv" -}}
+{{- with .root }}
 {{- $auth := .Values.nats.auth }}
 {{- $secret := include "runnerscale.nats.authSecret" . }}
-{{- if eq $auth.method "token" }}
+{{- if eq $auth.method "users" }}
+- name: RUNNERSCALE_NATS_USER
+  value: {{ $.component }}
+- name: RUNNERSCALE_NATS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $.component }}
+{{- else if eq $auth.method "token" }}
 - name: RUNNERSCALE_NATS_TOKEN
   valueFrom:
     secretKeyRef:
@@ -166,6 +186,7 @@ when a list is given: AutoscalingListeners and listener pods live there. */}}
 {{- if .Values.nats.tls.caSecret }}
 - name: RUNNERSCALE_NATS_TLS_CA
   value: /etc/runnerscale/nats-tls/{{ .Values.nats.tls.caKey }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -237,8 +258,8 @@ rendered. Each message names the value to change.
 {{- if $v.nats.url }}
 {{- fail "nats.url is for an existing NATS cluster: set nats.bundled=false to use it, or leave it empty" }}
 {{- end }}
-{{- if ne $v.nats.auth.method "token" }}
-{{- fail "the bundled NATS cluster authenticates clients with a token: nats.auth.method must be token (user/password and .creds files are for an existing cluster, nats.bundled=false)" }}
+{{- if not (has $v.nats.auth.method (list "users" "token")) }}
+{{- fail "the bundled NATS cluster authenticates clients with a user per component or a token: nats.auth.method must be users or token (one user/password and .creds files are for an existing cluster, nats.bundled=false)" }}
 {{- end }}
 {{- if gt (int $v.bus.streamReplicas) (int $v.nats.replicas) }}
 {{- fail (printf "bus.streamReplicas (%d) cannot exceed nats.replicas (%d): JetStream places each replica on another server" (int $v.bus.streamReplicas) (int $v.nats.replicas)) }}
@@ -246,6 +267,9 @@ rendered. Each message names the value to change.
 {{- else }}
 {{- if not $v.nats.url }}
 {{- fail "nats.url is required when nats.bundled is false (e.g. nats://nats.nats.svc:4222)" }}
+{{- end }}
+{{- if and (eq $v.nats.auth.method "users") (not $v.nats.auth.existingSecret) }}
+{{- fail "nats.auth.method users on an existing NATS cluster needs nats.auth.existingSecret: a password per component (README \"Authentication and permissions\")" }}
 {{- end }}
 {{- if and (eq $v.nats.auth.method "creds") (not $v.nats.auth.existingSecret) }}
 {{- fail "nats.auth.method creds needs nats.auth.existingSecret: a Secret holding the .creds file under nats.auth.credsKey" }}

@@ -11,9 +11,13 @@ max_payload: 1MB
 lame_duck_duration: 30s
 lame_duck_grace_period: 10s
 
+{{ if eq $n.auth.method "users" -}}
+{{ .Files.Get "files/nats-authorization.conf" | trim }}
+{{- else -}}
 authorization {
   token: $NATS_TOKEN
 }
+{{- end }}
 
 jetstream {
   store_dir: /data
