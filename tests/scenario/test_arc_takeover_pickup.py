@@ -58,7 +58,8 @@ async def runner_stand_in(
         # the runner and creates another if still wanted.
         er = await kube.reader.get_or_none(EPHEMERAL_RUNNERS, ObjectKey(namespace, name))
         if er is not None:
-            await set_runner_status(kube, er, phase="Succeeded", ready=False)
+            with suppress(NotFound):  # removed meanwhile (scaled down): nothing to report
+                await set_runner_status(kube, er, phase="Succeeded", ready=False)
 
     async with (
         ActionsClient.from_config(actions_sim.config_url(), PersonalAccessToken(actions_sim.pat)) as client,
