@@ -352,7 +352,7 @@ async def test_arc_014_listener_and_its_objects_are_replaced_by_runnerscales(
         pod = await wait_for(runnerscales_pod, timeout=30, what="runnerscale's listener pod")
         assert pod.spec["containers"][0]["image"] == "ghcr.io/example/runnerscale:test"
         role = await kube.reader.get(ROLES, ObjectKey(namespace, new))
-        assert [msgspec.to_builtins(rule) for rule in role.rules] == role_rules(NAME)  # ARC's named its old set
+        assert [msgspec.to_builtins(rule) for rule in role.rules or []] == role_rules(NAME)  # ARC's named its old set
         config = await kube.reader.get(SECRETS, ObjectKey(namespace, f"{new}-config"))
         assert parse_config(config.decoded("config.json")).ephemeral_runner_set_name == NAME
         assert await kube.reader.get_or_none(SERVICE_ACCOUNTS, ObjectKey(namespace, new)) is not None
