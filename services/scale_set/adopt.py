@@ -506,6 +506,26 @@ def preview_listener(
     return out
 
 
+def preview_listeners_elsewhere(
+    ars: AutoscalingRunnerSet, elsewhere: Sequence[AutoscalingListener], controller_namespace: str
+) -> list[Change]:
+    """ARC's listeners of this ARS outside runnerscale's controller namespace (``elsewhere``: the
+    ALs found in other namespaces that belong to it). The workers never see them (their RBAC on
+    listeners is namespaced) and a live one keeps feeding the set, so the switch waits for the
+    user to delete them (README "Switching from ARC", step 3)."""
+    return [
+        Change(
+            "stray",
+            "AutoscalingListener",
+            _key(al.metadata),
+            f"ARC's listener outside the controller namespace {controller_namespace}: runnerscale cannot see it;"
+            " delete it by hand before starting runnerscale",
+        )
+        for al in elsewhere
+        if al.metadata.namespace != controller_namespace
+    ]
+
+
 __all__ = [
     "ADOPTION_PATCH_ID",
     "ARC_CHILD_ANNOTATIONS",
@@ -521,6 +541,7 @@ __all__ = [
     "legacy_runner_sets",
     "plan_adoption",
     "preview_listener",
+    "preview_listeners_elsewhere",
     "preview_runner_sets",
     "runner_matches",
     "seed_spec_for_new_set",

@@ -24,6 +24,7 @@ from shared.kube import (
     EPHEMERAL_RUNNERS,
     PODS,
     ApiReader,
+    Forbidden,
     KubeClient,
 )
 
@@ -75,6 +76,16 @@ async def preview(args: argparse.Namespace) -> list[str]:
             runners_all += (await reader.list(EPHEMERAL_RUNNERS, namespace=ns)).items
         listeners = (await reader.list(AUTOSCALING_LISTENERS, namespace=args.controller_namespace)).items
         pods = (await reader.list(PODS, namespace=args.controller_namespace)).items
+        try:  # ARC's listeners in another namespace than runnerscale's controller namespace
+            everywhere = (await reader.list(AUTOSCALING_LISTENERS, namespace=None)).items
+            elsewhere_note = ""
+        except Forbidden:
+            everywhere = []
+            elsewhere_note = (
+                "note: listing AutoscalingListeners cluster-wide is forbidden to these credentials: ARC listeners"
+                f' outside {args.controller_namespace} are not shown (README "Switching from ARC", step 3)'
+            )
+    elsewhere = [al for al in everywhere if al.metadata.namespace != args.controller_namespace]
     pod_annotations = {p.metadata.name: dict(p.metadata.annotations) for p in pods}
     lines: list[str] = []
     for ars in sorted(ars_all, key=lambda a: (a.metadata.namespace, a.metadata.name)):
@@ -91,10 +102,15 @@ async def preview(args: argparse.Namespace) -> list[str]:
         runners = [r for r in runners_all if r.metadata.namespace == ns]
         changes = adopt.preview_runner_sets(ars, desired, sets, runners)
         changes += adopt.preview_listener(ars, desired_listener(ars, options), mine, pod_annotations)
+        changes += adopt.preview_listeners_elsewhere(
+            ars, [al for al in elsewhere if _mine(al, ars)], args.controller_namespace
+        )
         lines.append(f"AutoscalingRunnerSet {ns}/{ars.metadata.name}:")
         lines += [c.line() for c in changes] or ["  nothing to take over"]
     if not ars_all:
         lines.append("no AutoscalingRunnerSet found")
+    if elsewhere_note:
+        lines.append(elsewhere_note)
     return lines
 
 

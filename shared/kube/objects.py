@@ -193,7 +193,8 @@ class Role(_Obj, kw_only=True):
     api_version: str = "rbac.authorization.k8s.io/v1"
     kind: str = "Role"
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    rules: list[PolicyRule] = []
+    #: None: a real API server answers ``"rules": null`` for a Role without rules (no omitempty).
+    rules: list[PolicyRule] | None = []
 
 
 class RoleBinding(_Obj, kw_only=True):

@@ -369,3 +369,18 @@ async def test_limits_default_requests_and_guaranteed_qos(http: Http, namespace:
     obj = await http.create(core(namespace, "pods"), pod)
     assert obj["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
     assert obj["status"]["qosClass"] == "Guaranteed"
+
+
+async def test_role_without_rules_reads_back_null(http: Http, namespace: str) -> None:
+    # RBAC's rules have no omitempty and etcd's protobuf keeps no empty list: "rules": null, not [].
+    path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"
+    created = await http.create(path, {"metadata": {"name": "empty"}, "rules": []})
+    assert created["rules"] is None
+    _, got = await http.get(f"{path}/empty")
+    assert got["rules"] is None
+    status, patched = await http.patch(
+        f"{path}/empty", {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+    )
+    assert status == 200 and patched["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    status, patched = await http.patch(f"{path}/empty", {"rules": []})
+    assert status == 200 and patched["rules"] is None

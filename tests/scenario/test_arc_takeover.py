@@ -55,10 +55,12 @@ async def install_arc_leftovers(
     *,
     listener_hash_of_url: bool = False,
     more: tuple[str, ...] = (),
+    jits: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Create the fixture's objects as ARC left them: ids, URL, secret and namespaces pointed at
     this test; owner uids remapped to the ones the API server assigns; runners registered at the
-    simulator (their ids in the status); sets ARC was deleting deleted. Returns kind/name → object."""
+    simulator (their ids in the status; their JIT configs into ``jits``, to play them); sets ARC
+    was deleting deleted. Returns kind/name → object."""
     scale_set_id = await sim_scale_set(actions_sim, NAME)
     text = "\n---\n".join((DATA / name).read_text() for name in (fixture, *more))
     text = text.replace("https://github.com/octo-org/octo-repo", actions_sim.config_url())
@@ -102,6 +104,8 @@ async def install_arc_leftovers(
             if doc["kind"] == "EphemeralRunner":
                 jit = await client.generate_jit_config(scale_set_id, meta["name"])
                 status = {**status, "runnerId": jit.runner.id}
+                if jits is not None:
+                    jits[meta["name"]] = jit.encoded_jit_config
             if status and doc["kind"] not in ("AutoscalingRunnerSet", "Pod"):
                 obj = await kube.writer.patch_status(
                     resource, resource.key_of(obj), {"status": status}, resource_version=obj.metadata.resource_version
@@ -348,7 +352,7 @@ async def test_arc_014_listener_and_its_objects_are_replaced_by_runnerscales(
         pod = await wait_for(runnerscales_pod, timeout=30, what="runnerscale's listener pod")
         assert pod.spec["containers"][0]["image"] == "ghcr.io/example/runnerscale:test"
         role = await kube.reader.get(ROLES, ObjectKey(namespace, new))
-        assert [msgspec.to_builtins(rule) for rule in role.rules] == role_rules(NAME)  # ARC's named its old set
+        assert [msgspec.to_builtins(rule) for rule in role.rules or []] == role_rules(NAME)  # ARC's named its old set
         config = await kube.reader.get(SECRETS, ObjectKey(namespace, f"{new}-config"))
         assert parse_config(config.decoded("config.json")).ephemeral_runner_set_name == NAME
         assert await kube.reader.get_or_none(SERVICE_ACCOUNTS, ObjectKey(namespace, new)) is not None

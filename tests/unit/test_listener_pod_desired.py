@@ -129,6 +129,17 @@ def test_listener_role_grants_nothing_the_listener_never_talks_to_kubernetes() -
     assert not decide.rules_differ(build.role_rules("ers"), [])
 
 
+def test_a_role_without_rules_decodes_as_a_real_api_server_returns_it() -> None:
+    # The listener's Role grants nothing; kube-apiserver then answers "rules": null (no omitempty).
+    import msgspec
+
+    from shared.kube.objects import Role
+
+    body = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "l"}, "rules": None}
+    role = msgspec.convert(body, Role)
+    assert not decide.rules_differ(build.role_rules("ers"), role.rules)
+
+
 def test_rules_compare_semantically() -> None:
     from shared.kube.objects import PolicyRule
 

@@ -268,6 +268,7 @@ class Api:
         self._kind_create(rt, obj, namespace)
         _normalise_meta(obj["metadata"])
         self._validate(rt, obj)
+        _normalise_nil_lists(rt, obj)
         ns_key = namespace if rt.namespaced else ""
         for _ in range(5 if generated else 1):
             if self.store.get(rt.key, ns_key, obj["metadata"]["name"]) is None:
@@ -849,6 +850,7 @@ class Api:
                 raise errors.invalid(rt.group, rt.kind, name, [cause, cause] if rt.is_custom else [cause])
         _normalise_meta(meta)
         self._validate(rt, new)
+        _normalise_nil_lists(rt, new)
         if rt.has_generation and subresource != "status" and _spec_changed(rt, old, new):
             meta["generation"] = int(old_meta.get("generation") or 0) + 1
         if (
@@ -1250,6 +1252,20 @@ def _normalise_meta(meta: Obj) -> None:
     for k in ("labels", "annotations", "finalizers", "ownerReferences", "generateName"):
         if k in meta and not meta[k]:
             del meta[k]
+
+
+#: Built-in list fields without ``omitempty`` that etcd's protobuf turns nil when empty: the real
+#: server answers ``null`` for them (a Role without rules reads back as ``"rules": null``).
+_NIL_WHEN_EMPTY = {
+    ("rbac.authorization.k8s.io", "Role"): "rules",
+    ("rbac.authorization.k8s.io", "ClusterRole"): "rules",
+}
+
+
+def _normalise_nil_lists(rt: ResourceType, obj: Obj) -> None:
+    field = _NIL_WHEN_EMPTY.get((rt.group, rt.kind))
+    if field is not None and not obj.get(field):
+        obj[field] = None
 
 
 def _spec_changed(rt: ResourceType, old: Obj, new: Obj) -> bool:
