@@ -128,7 +128,9 @@ async def test_desired_state_patch_protocol_and_epochs(
 
         # patch 0 is authoritative down: idle registered runners removed from the service first
         await bus.publish(desired(namespace, replicas=2, patch=0, epoch=2))
-        await wait_for(lambda: _count_is(kube, namespace, 2), what="scale down to 2")
+        # four service removals and deletions (each a retry after 5 s if the service call fails):
+        # a longer deadline, seen exceeding 20 s on an overloaded machine
+        await wait_for(lambda: _count_is(kube, namespace, 2), timeout=60, what="scale down to 2")
         live_ids = {r.status.runner_id for r in await runners(kube, namespace)}
         sim_ids = {r.id for r in await actions_sim.control.runners()}
         removed = set(fake.registered.values()) - live_ids
