@@ -672,8 +672,8 @@ class RunnerReconciler:
 
     async def _cleanup_hook_objects(self, er: EphemeralRunner) -> None:
         """Delete what container hooks left in the ER's namespace (label ``runner-pod=<ER>``): pods
-        always; Secrets only with --cleanup-hook-secrets (the one Secret ``list``; README "runner
-        worker", container-hook cleanup). Every other Secret is read by name."""
+        always; Secrets only with --cleanup-hook-secrets, the one Secret ``list``
+        (README "runner worker", container-hook cleanup). Every other Secret is read by name."""
         selector = f"{LABEL_RUNNER_POD}={er.metadata.name}"
         resources: tuple[Resource[Any], ...] = (PODS, SECRETS) if self.settings.cleanup_hook_secrets else (PODS,)
         for resource in resources:
