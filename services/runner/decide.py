@@ -128,6 +128,18 @@ class RunnerSettings(msgspec.Struct, frozen=True, kw_only=True):
             metavar="PREFIX",
         ),
     ] = ()
+    # Container-hook Secrets (Kubernetes mode: labelled runner-pod=<ER>, no ownerReference) are
+    # deleted with their runner only when enabled: it needs `list` on Secrets, which the default
+    # RBAC does not grant (README "runner worker", container-hook cleanup).
+    cleanup_hook_secrets: Annotated[
+        bool,
+        option(
+            "--cleanup-hook-secrets",
+            "RUNNERSCALE_RUNNER_CLEANUP_HOOK_SECRETS",
+            "on runner deletion, also delete the Secrets Kubernetes-mode container hooks left in its namespace"
+            " (needs list on Secrets: deploy/manifests/optional/rbac-runner-hook-secrets.yaml)",
+        ),
+    ] = False
     already_exists_requeue: float = 5.0  # pod create answered AlreadyExists (a deleting namesake)
     # A finished (Succeeded) runner is the runner-set worker's to delete once the listener has
     # accounted for its job; if it is still there this long after it finished (runner-set worker

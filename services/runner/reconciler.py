@@ -671,8 +671,11 @@ class RunnerReconciler:
             await self.writer.delete(SECRETS, key, uid=secret.metadata.uid, missing_ok=True)
 
     async def _cleanup_hook_objects(self, er: EphemeralRunner) -> None:
+        """Delete what container hooks left in the ER's namespace (label ``runner-pod=<ER>``): pods
+        always; Secrets only with --cleanup-hook-secrets, the one Secret ``list``
+        (README "runner worker", container-hook cleanup). Every other Secret is read by name."""
         selector = f"{LABEL_RUNNER_POD}={er.metadata.name}"
-        resources: tuple[Resource[Any], ...] = (PODS, SECRETS)
+        resources: tuple[Resource[Any], ...] = (PODS, SECRETS) if self.settings.cleanup_hook_secrets else (PODS,)
         for resource in resources:
             listed = await self.reader.list(resource, namespace=er.metadata.namespace, label_selector=selector)
             for obj in listed.items:

@@ -21,7 +21,7 @@ from tests.deploy.conftest import DEPLOY, MANIFESTS, NATS, ROOT, WORKERS, Doc, f
 from tests.deploy.helm_chart import CASES, CHART, MAXIMAL, Case, default_values, leaf_paths, render, run_helm, template
 from tests.deploy.test_flags import _main, container_env, secret_data
 from tests.deploy.test_manifests import MODEL, schema_problems
-from tests.deploy.test_rbac import ANY, CONTROLLER, grants
+from tests.deploy.test_rbac import ANY, CONTROLLER, OPTIONAL, grants
 from tests.tools.helm import helm_path, helm_version
 
 # The helm fixture may build helm first (bounded by BUILD_TIMEOUT inside the tool): the usual
@@ -320,7 +320,10 @@ def test_rbac_equals_the_plain_manifests(helm: Path, case: Case, worker: str) ->
     """The same (group, resource, verb) grants as deploy/manifests/rbac-<worker>.yaml, to the
     worker's own ServiceAccount. With watched namespaces, the cluster-wide grants are given in those
     namespaces (and the controller namespace) only."""
-    plain = grants(worker)
+    # flags.runnerCleanupHookSecrets: the runner gets --cleanup-hook-secrets and the optional grant
+    hook_secrets = "--cleanup-hook-secrets" in pod_container(render(helm, case), case, "runner")[1]["args"]
+    optional = load_docs(OPTIONAL) if worker == "runner" and hook_secrets else []
+    plain = grants(worker, load_docs(MANIFESTS) + optional)
     rendered = grants(
         worker,
         render(helm, case),

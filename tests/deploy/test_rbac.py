@@ -101,8 +101,9 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         # worker.py: ctx.informers(PODS, label_selector=...); reconciler.py: get_or_none, _create_pod
         # (create), delete; _cleanup_hook_objects: reader.list + delete
         *_u(CORE, "pods", "get list watch create delete"),
-        # _ensure_secret (get, create, delete), _cleanup_resources (get, delete), _cleanup_hook_objects (list, delete)
-        *_u(CORE, "secrets", "get list create delete"),
+        # _ensure_secret (get, create, delete), _cleanup_resources (get, delete): by name only; the
+        # list of _cleanup_hook_objects is OPTIONAL_USES (--cleanup-hook-secrets)
+        *_u(CORE, "secrets", "get create delete"),
         # ActionsClientPool (TLS ConfigMap)
         *_u(CORE, "configmaps", "get"),
         *_u(CORE, "events", "create patch"),
@@ -136,6 +137,15 @@ USES: dict[str, list[tuple[str, str, str, str]]] = {
         # EventRecorder on the AL
         *_u(CORE, "events", "create patch", CONTROLLER),
     ],
+}
+
+# Uses behind a setting that is off by default, granted by deploy/manifests/optional/rbac-<name>.yaml
+# (and the chart value that enables the setting): name → (worker, setting, uses).
+OPTIONAL = ROOT / "deploy" / "manifests" / "optional"
+OPTIONAL_USES: dict[str, tuple[str, str, list[tuple[str, str, str, str]]]] = {
+    # services/runner/reconciler.py _cleanup_hook_objects: reader.list(SECRETS, label runner-pod=<ER>)
+    # only with RunnerSettings.cleanup_hook_secrets (--cleanup-hook-secrets)
+    "runner-hook-secrets": ("runner", "cleanup_hook_secrets", _u(CORE, "secrets", "list")),
 }
 
 # Resource constants a worker package may use → (group, plural). Anything else used in a worker
@@ -317,3 +327,31 @@ def test_events_and_credentials_come_from_the_runtime() -> None:
     assert re.search(r"writer\.create\(\s*EVENTS", events) and re.search(r"writer\.patch_merge\(\s*EVENTS", events)
     pool = (ROOT / "shared" / "worker" / "actions_pool.py").read_text()
     assert re.search(r"reader\.get\(\s*SECRETS", pool) and re.search(r"reader\.get\(\s*CONFIG_MAPS", pool)
+
+
+@pytest.mark.parametrize("name", OPTIONAL_USES)
+def test_optional_manifest_grants_exactly_its_uses(name: str) -> None:
+    """deploy/manifests/optional/rbac-<name>.yaml adds exactly the optional uses, at their scope,
+    to the worker's ServiceAccount, and the default manifests do not grant them."""
+    worker, _, uses = OPTIONAL_USES[name]
+    extra = load_docs(OPTIONAL)
+    assert {d.path.name for d in extra} == {f"rbac-{n}.yaml" for n in OPTIONAL_USES}
+    base, both = grants(worker), grants(worker, load_docs(MANIFESTS) + extra)
+    added = {scope: both[scope] - base.get(scope, set()) for scope in both}
+    wanted: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
+    for group, resource, verb, scope in uses:
+        wanted[scope].add((group, resource, verb))
+        assert (group, resource, verb) not in base[ANY] | base[CONTROLLER], "granted by default"
+    assert {s: v for s, v in added.items() if v} == dict(wanted)
+
+
+def test_hook_secret_list_is_behind_its_setting() -> None:
+    """The only Secret list in the runner worker is the container-hook cleanup, and it happens only
+    with cleanup_hook_secrets (the scenario tests in tests/scenario/test_runner_lifecycle.py show
+    both sides); the setting is off by default."""
+    from services.runner.decide import RunnerSettings
+
+    assert RunnerSettings().cleanup_hook_secrets is False
+    source = (ROOT / "services" / "runner" / "reconciler.py").read_text()
+    assert "(PODS, SECRETS) if self.settings.cleanup_hook_secrets else (PODS,)" in source
+    assert not re.search(r"reader\.list\(\s*SECRETS", _source("runner"))

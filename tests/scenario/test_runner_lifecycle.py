@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import base64
 
+import msgspec
 import pytest
 
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
+    ENV_RUNNER_CONTAINER_HOOKS,
     ENV_RUNNER_JIT_CONFIG,
     ENV_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE,
     FINALIZER_EPHEMERAL_RUNNER,
     FINALIZER_RUNNER_REGISTRATION,
     LABEL_EPHEMERAL_RUNNER,
+    LABEL_RUNNER_POD,
 )
-from shared.kube import EPHEMERAL_RUNNERS
+from shared.kube import EPHEMERAL_RUNNERS, PODS, SECRETS
 from tests.scenario.conftest import wait_for
+from tests.scenario.test_runner_helpers import FAST, runner_template, start_runner_env
 
 pytestmark = pytest.mark.anyio
 
@@ -246,3 +250,69 @@ async def test_deletion_when_service_no_longer_knows_the_runner(runner_env):
     await env.kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-unknown"))
     await env.wait_gone("er-unknown")
     assert "RunnerRemovalFailed" not in await env.event_reasons("er-unknown")
+
+
+# --- container-hook leftovers (README "runner worker", container-hook cleanup) ----------------------------
+
+
+async def _hook_leftovers(env, name):
+    """What Kubernetes-mode container hooks leave for runner ``name``: a job pod and an env Secret
+    labelled only ``runner-pod=<name>`` (no ownerReference), plus a Secret of someone else."""
+    labels = {LABEL_RUNNER_POD: name}
+    await env.kube.writer.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{name}-workflow", "namespace": env.namespace, "labels": labels},
+            "spec": {"containers": [{"name": "job", "image": "busybox"}], "restartPolicy": "Never"},
+        },
+    )
+    for secret, secret_labels in ((f"{name}-env", labels), (f"{name}-other", {LABEL_RUNNER_POD: "someone-else"})):
+        await env.kube.writer.create(
+            SECRETS,
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": secret, "namespace": env.namespace, "labels": secret_labels},
+                "data": {"K": base64.b64encode(b"v").decode()},
+            },
+        )
+
+
+async def _delete_hook_runner(env, name):
+    hooks = runner_template(env=[{"name": ENV_RUNNER_CONTAINER_HOOKS, "value": "/home/runner/k8s/index.js"}])
+    await env.create_er(name, template=hooks)
+    await _registered(env, name)
+    await _hook_leftovers(env, name)
+    await env.kube.writer.delete(EPHEMERAL_RUNNERS, env.key(name))
+    await env.wait_gone(name)
+
+    async def hook_pod_gone() -> bool:
+        pod = await env.pod(f"{name}-workflow")
+        return pod is None or pod.metadata.is_deleting
+
+    await wait_for(hook_pod_gone, what="hook pod deleted")
+
+
+async def test_deletion_leaves_hook_secrets_alone_by_default(runner_env):
+    """Default: no Secret list (least privilege); the hook's own pruneSecrets handles its Secrets.
+    The cleanup ran before the finalizer went, so the ER being gone settles it."""
+    env = runner_env
+    assert env.reconciler.settings.cleanup_hook_secrets is False
+    await _delete_hook_runner(env, "er-hooks")
+    assert await env.secret_of("er-hooks-env") is not None
+    assert await env.secret_of("er-hooks-other") is not None
+
+
+async def test_deletion_removes_hook_secrets_when_enabled(kube, namespace, actions_sim, github_secret, worker_settings):
+    settings = msgspec.structs.replace(FAST, cleanup_hook_secrets=True)
+    async with start_runner_env(kube, namespace, actions_sim, github_secret, worker_settings, settings=settings) as env:
+        await _delete_hook_runner(env, "er-hooks")
+
+        async def env_secret_gone() -> bool:
+            secret = await env.secret_of("er-hooks-env")
+            return secret is None or secret.metadata.is_deleting
+
+        await wait_for(env_secret_gone, what="hook Secret deleted")
+        assert await env.secret_of("er-hooks-other") is not None  # another runner's: label-selected away

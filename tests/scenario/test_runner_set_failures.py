@@ -199,9 +199,14 @@ async def test_crash_looping_spec_backs_off_without_churn_and_a_revision_bump_re
             lambda: _events_with(kube, namespace, "RunnerFailureBudgetReset"), what="RunnerFailureBudgetReset event"
         )
         assert "revision 2" in reset[0].message
-        record = failures.parse_record((await get_ers(kube, namespace)).metadata.annotations)
-        assert record is not None and record.revision == 2 and record.level == 0
-        assert (await get_ers(kube, namespace)).status.applied_actionable_revision == 2
+
+        async def reset_recorded() -> bool:  # the Event may be visible before the pass's own writes
+            ers = await get_ers(kube, namespace)
+            record = failures.parse_record(ers.metadata.annotations)
+            applied = ers.status is not None and ers.status.applied_actionable_revision == 2
+            return record is not None and record.revision == 2 and record.level == 0 and applied
+
+        await wait_for(reset_recorded, what="budget record reset and revision 2 applied in status")
 
 
 # --- helpers ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import anyio
 import msgspec
 import pytest
 import yaml
+from prometheus_client import REGISTRY
 
 from services.runner_set import decide
 from services.runner_set.failures import FailurePolicy
@@ -41,6 +42,26 @@ def desired(namespace: str, *, replicas: int, patch: int, epoch: int = 1, name: 
 
 async def count(kube, namespace) -> int:
     return len(await runners(kube, namespace))
+
+
+def desired_handled() -> float:
+    """Desired-state messages whose handler returned (bus metric, this process's registry): once it
+    has counted a message, the runner-set worker has taken it into account (``on_desired``)."""
+    return sum(
+        sample.value
+        for family in REGISTRY.collect()
+        if family.name == "runnerscale_bus_handled_messages"
+        for sample in family.samples
+        if sample.name.endswith("_total") and "desired" in sample.labels.get("subject_kind", "").lower()
+    )
+
+
+async def publish_handled(bus, message: DesiredState) -> None:
+    """Publish and wait until the runner-set worker has handled the message, so that a following
+    'nothing changes' observation covers the message instead of passing before it arrived."""
+    before = desired_handled()
+    await bus.publish(message)
+    await wait_for(lambda: desired_handled() > before, what="desired state handled")
 
 
 async def stays(kube, namespace, n: int, seconds: float = 1.0) -> None:
@@ -90,20 +111,26 @@ async def test_desired_state_patch_protocol_and_epochs(
         await wait_for(lambda: _count_is(kube, namespace, 4), what="scale up to 4")
 
         # same patch ID: status only (re-publishing patch 2 changes nothing)
-        await bus.publish(desired(namespace, replicas=4, patch=2))
+        await publish_handled(bus, desired(namespace, replicas=4, patch=2))
         await stays(kube, namespace, 4, 0.5)
 
         # a deposed leader (older epoch) never overrides the newer epoch
         await bus.publish(desired(namespace, replicas=6, patch=0, epoch=2))
         await wait_for(lambda: _count_is(kube, namespace, 6), what="epoch 2 applied")
         await wait_for(lambda: len(fake.registered) == 6, what="all registered")
-        await bus.publish(desired(namespace, replicas=0, patch=0, epoch=1))
+        # the fake records a registration before its status patch lands, and the runner-set worker
+        # removes a runner from the service only when its (cached) status has the runner id: wait
+        # until its status counts all six as running (it counted them from runners with ids)
+        await wait_for(lambda: _status(kube, namespace, current=6, running=6), what="6 running in status")
+        await publish_handled(bus, desired(namespace, replicas=0, patch=0, epoch=1))
         await stays(kube, namespace, 6, 0.5)
         assert (await get_ers(kube, namespace)).spec.replicas == 6
 
         # patch 0 is authoritative down: idle registered runners removed from the service first
         await bus.publish(desired(namespace, replicas=2, patch=0, epoch=2))
-        await wait_for(lambda: _count_is(kube, namespace, 2), what="scale down to 2")
+        # four service removals and deletions (each a retry after 5 s if the service call fails):
+        # a longer deadline, seen exceeding 20 s on an overloaded machine
+        await wait_for(lambda: _count_is(kube, namespace, 2), timeout=60, what="scale down to 2")
         live_ids = {r.status.runner_id for r in await runners(kube, namespace)}
         sim_ids = {r.id for r in await actions_sim.control.runners()}
         removed = set(fake.registered.values()) - live_ids

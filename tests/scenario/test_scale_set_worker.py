@@ -443,7 +443,12 @@ async def test_conflict_on_ers_patch_rereads_and_converges(
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
         assert ers.spec.actionable_revision == 2  # bumped once, not once per attempt
         assert ers.spec.ephemeral_runner_spec.spec["containers"][0]["image"] == "ghcr.io/actions/actions-runner:2.330.0"
-        assert metric(w, "runnerscale_controller_conflicts_total", controller=WORKER.controller) >= 2
+        # the 409s ran before the write that acted on the new generation; a wait, not a read, so a
+        # counter bumped by a trailing pass is not a race either
+        await wait_for(
+            lambda: metric(w, "runnerscale_controller_conflicts_total", controller=WORKER.controller) >= 2,
+            what="two conflicts counted",
+        )
 
 
 # --- invalid input -----------------------------------------------------------------------------------

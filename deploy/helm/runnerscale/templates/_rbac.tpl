@@ -93,7 +93,13 @@ runner:
       verbs: [get, list, watch, create, delete]
     - apiGroups: [""]
       resources: [secrets]
-      verbs: [get, list, create, delete]
+      verbs: [get, create, delete]
+    {{- if .Values.flags.runnerCleanupHookSecrets }}
+    # deploy/manifests/optional/rbac-runner-hook-secrets.yaml
+    - apiGroups: [""]
+      resources: [secrets]
+      verbs: [list]
+    {{- end }}
     - apiGroups: [""]
       resources: [configmaps]
       verbs: [get]
