@@ -506,6 +506,7 @@ async def test_crd_schema_refuses_what_no_component_accepts(kube, namespace, git
     """Names become label values (<= 63) and runner counts int32 everywhere: refused at the door,
     never half-accepted (an ARS that says Running but whose listener can never start)."""
     await require_crds(kube)
+    change = dict(change)  # the parameter is shared by the [emulator] and [real] runs: never mutate it
     name = change.pop("name", "huge")
     tree = manifest(namespace, "https://github.com/org", github_secret, name=name, **change)
     with pytest.raises(Invalid) as refused:
