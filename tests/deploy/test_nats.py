@@ -5,6 +5,7 @@ nothing else changed)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -80,13 +81,38 @@ def _wait_port(port: int, proc: subprocess.Popen, deadline: float) -> None:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"nats-server on {port} did not start (exit {proc.poll()})") from None
+            if proc.poll() is not None:
+                raise _ServerExited(f"nats-server on {port} exited at start (exit {proc.poll()})") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nats-server on {port} did not start") from None
             time.sleep(0.05)  # polling a port with a deadline
 
 
 @pytest.fixture
 def nats_cluster(tmp_path: Path) -> Iterator[list[str]]:
+    # A free port picked here can be taken by another process before nats-server binds it (the
+    # suite runs many servers): a cluster whose server exits at start is retried on fresh ports.
+    for attempt in range(3):
+        cluster = _started_cluster(tmp_path / f"attempt-{attempt}")
+        try:
+            urls = cluster.__enter__()
+        except _ServerExited:
+            continue
+        try:
+            yield urls
+        finally:
+            cluster.__exit__(None, None, None)
+        return
+    raise RuntimeError("the 3-server NATS cluster did not start in 3 attempts")
+
+
+class _ServerExited(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def _started_cluster(tmp_path: Path) -> Iterator[list[str]]:
+    tmp_path.mkdir()
     ports = [(_free_port(), _free_port(), _free_port()) for _ in range(3)]
     procs: list[subprocess.Popen] = []
     try:
