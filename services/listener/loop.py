@@ -241,6 +241,7 @@ class SessionLoop:
                 await anyio.sleep(wait)  # backoff between attempts, not synchronisation
                 continue
             self.health.polled()
+            self.metrics.record_poll()
             self.polls += 1
             return message
 
@@ -258,6 +259,7 @@ class SessionLoop:
             )
             raise exc
         self.health.polled()  # the service answered; the poll itself worked
+        self.metrics.record_poll()
         self.polls += 1
         if self.metrics.first_sight(exc.message_id):  # counted once, even if delivered again
             self.metrics.record_rejected(exc.reason)

@@ -121,6 +121,12 @@ class ListenerMetrics:
             registry=r,
         )
         self.last_patch_id = gauge("runnerscale_listener_patch_id", "Patch ID of the last published desired state.")
+        # A leader that holds its lease and session but whose polls hang or keep failing is still a
+        # leader: the alert "not polling" needs the time of the last answered poll (README "Alerts").
+        self.last_poll = gauge(
+            "runnerscale_listener_last_poll_timestamp_seconds",
+            "Unix time of the last long poll the Actions service answered (with messages or none).",
+        )
 
     def first_sight(self, message_id: int) -> bool:
         """True the first time a service message id is counted: job metrics stay exact when a
@@ -154,6 +160,9 @@ class ListenerMetrics:
 
     def set_leader(self, leader: bool) -> None:
         self.is_leader.labels(**self._scale_set).set(1 if leader else 0)
+
+    def record_poll(self) -> None:
+        self.last_poll.labels(**self._scale_set).set_to_current_time()
 
     def record_session_conflict(self) -> None:
         self.session_conflicts.labels(**self._scale_set).inc()

@@ -20,7 +20,7 @@ CHART_RULES = ROOT / "deploy" / "helm" / "runnerscale" / "files" / "prometheus-r
 # scale set missing at the service) → the alert and the metric it must be built on.
 REQUIRED = {
     "RunnerscaleListenerDown": "gha_controller_running_listeners",
-    "RunnerscaleListenerNotPolling": "runnerscale_listener_leader",
+    "RunnerscaleListenerNotPolling": "runnerscale_listener_last_poll_timestamp_seconds",
     "RunnerscaleRevisionLagNotClosing": "runnerscale_runner_set_revision_lag",
     "RunnerscaleFailureBackoff": "runnerscale_runner_set_failure_backoff_level",
     "RunnerscaleBusConsumerLag": "runnerscale_bus_delivery_latency_seconds_bucket",

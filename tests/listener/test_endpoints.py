@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import aiohttp
 import anyio
@@ -125,6 +126,10 @@ async def test_metrics_match_the_simulator(actions_sim, scale_set, make_config, 
         standby_samples = await scrape(standby.ports["metrics"])
         assert value(standby_samples, "runnerscale_listener_leader", **scale_set_labels) == 0
         assert value(samples, "runnerscale_listener_leader", **scale_set_labels) == 1
+        # the leader's polls are answered: its last-poll time is recent; a standby has never polled
+        last_poll = value(samples, "runnerscale_listener_last_poll_timestamp_seconds", **scale_set_labels)
+        assert last_poll is not None and abs(time.time() - last_poll) < 60
+        assert value(standby_samples, "runnerscale_listener_last_poll_timestamp_seconds", **scale_set_labels) is None
         tg.cancel_scope.cancel()
 
 
