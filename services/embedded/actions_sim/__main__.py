@@ -90,9 +90,11 @@ async def _run(config: SimConfig, credentials_out: Path | None) -> None:
     async with anyio.create_task_group() as tg:
         url, _ = await tg.start(serve, config)
         if credentials_out is not None:
+            # Written whole (mode 0600 from the start), then renamed: a reader never sees half of it.
             out = anyio.Path(credentials_out)
-            await out.touch(mode=0o600)
-            await out.write_bytes(
+            partial = out.with_name(f".{out.name}.partial")
+            await partial.touch(mode=0o600)
+            await partial.write_bytes(
                 msgspec.json.encode(
                     CredentialsOut(
                         url=url,
@@ -106,6 +108,7 @@ async def _run(config: SimConfig, credentials_out: Path | None) -> None:
                     )
                 )
             )
+            await partial.rename(out)
         print(url, flush=True)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:

@@ -168,7 +168,10 @@ class Emulator:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         ca = self.tls.ca_pem if self.tls is not None else None
-        path.write_text(yaml.safe_dump(kubeconfig_doc(self.url, namespace, ca), sort_keys=False))
+        # Written whole, then renamed: another process waiting for the file never reads half of it.
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(yaml.safe_dump(kubeconfig_doc(self.url, namespace, ca), sort_keys=False))
+        partial.replace(path)
         return path
 
     # --- test hooks (call on the emulator's loop) --------------------------------------------

@@ -232,6 +232,8 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
             if CRD_DIR.is_dir():
                 kube_args += ["--crds", str(CRD_DIR)]
             await sup.start(ChildSpec("apiserver", kube_args, ready_port=kube_port, env=env))
+            # The emulator listens first, then writes its kubeconfig (whole, by rename).
+            await _wait_for_file(anyio.Path(kubeconfig))
         client = await KubeClient.from_kubeconfig(kubeconfig, request_timeout=15)
         async with client:
             kube = DemoKube(client)
@@ -433,6 +435,14 @@ async def _summary(kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, tr
     counts = await kube.request_counts()
     requests = None if counts is None else [msgspec.convert(c, RequestCount) for c in counts]
     return summarize(jobs, tracker.running_at, tracker.removed_at, requests, len(tracker.seen)).lines()
+
+
+async def _wait_for_file(path: anyio.Path, timeout: float = 20.0) -> None:
+    with anyio.fail_after(timeout):
+        while True:
+            if await path.exists():
+                return
+            await anyio.sleep(0.05)  # bounded poll for a file another process writes
 
 
 async def _read_credentials(path: anyio.Path, timeout: float = 20.0) -> dict[str, Any]:
