@@ -184,6 +184,10 @@ class Membership:
         self._abandoned = False
         self._first_round = anyio.Event()
         self._reported: frozenset[int] = frozenset()
+        # Shards whose acting was interrupted (stopped, or their blocks cancelled by a lapse) since
+        # the last report: reported as lost and, if acted on again, gained, so that the keys whose
+        # reconciles were cancelled (or skipped) meanwhile are enqueued again.
+        self._interrupted: set[int] = set()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Membership]:
@@ -247,6 +251,7 @@ class Membership:
     def _stop(self, shard: int) -> None:
         acting = self._acting.pop(shard, None)
         if acting is not None:
+            self._interrupted.add(shard)
             for scope in list(acting.scopes):
                 scope.cancel()
 
@@ -268,14 +273,19 @@ class Membership:
                 ok = await self._round()
             except Exception as exc:
                 log.info("membership round incomplete", group=self.group, error=f"{type(exc).__name__}: {exc}")
-            if _now() >= self._valid_until and self._confirm_after != math.inf:
-                if self._acting:
-                    log.info("claims lapsed locally (writes failing)", group=self.group, shards=sorted(self._acting))
-                self._stop_all()
-                self._confirm_after = math.inf  # others may have judged us dead: confirm again after a write
+            self._lapse_if_due()
             await self._report()
             self._first_round.set()
             await anyio.sleep(self.timing.lister if ok else self.timing.retry_period)
+
+    def _lapse_if_due(self) -> None:
+        """Past the claims' validity (the renewal came too late): stop acting; others may have
+        judged this replica dead, so act again only after a write and a list that confirms it."""
+        if _now() >= self._valid_until and self._confirm_after != math.inf:
+            if self._acting:
+                log.info("claims lapsed locally (renewal too late)", group=self.group, shards=sorted(self._acting))
+            self._stop_all()
+            self._confirm_after = math.inf
 
     async def _list(self) -> tuple[float, dict[str, Member]]:
         started = _now()
@@ -360,6 +370,9 @@ class Membership:
         return ok
 
     async def _write(self, claims: frozenset[int]) -> bool:
+        # A slow round (a slow list under load) may reach its renewal after the validity ended:
+        # the new write must not silently resume acting without a confirming list.
+        self._lapse_if_due()
         sent = _now()
         try:
             self._version = await self.store.write(claims, self._version)
@@ -379,6 +392,10 @@ class Membership:
                 error=f"{type(exc).__name__}: {exc}",
             )
             return False
+        if _now() >= self._valid_until:
+            # Sent in time but answered after the validity ended: the blocks running on our shards
+            # were cancelled at that deadline (their keys must be enqueued again).
+            self._interrupted.update(self._acting)
         added = claims - self._claimed
         self._claimed = claims
         self._written_at = sent
@@ -408,7 +425,9 @@ class Membership:
 
     async def _report(self) -> None:
         after = self.owned_shards()
-        gained, lost = after - self._reported, self._reported - after
+        interrupted, self._interrupted = self._interrupted, set()
+        gained = (after - self._reported) | (after & interrupted)
+        lost = (self._reported - after) | (self._reported & interrupted)
         self._reported = after
         sharding.SHARDS_OWNED.labels(self.group).set(len(after))
         if not (gained or lost):

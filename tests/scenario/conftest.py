@@ -6,7 +6,7 @@ Fixtures (function scope unless noted):
 - ``bus`` → a connected :class:`shared.bus.Bus` on the test's own ``nats_server``.
 - ``worker_settings`` → a factory ``(replica_id="r0", **overrides) -> WorkerSettings`` wired to
   the emulator (kubeconfig), the test's nats-server, the test ``namespace``, free ports, short
-  leases (``lease_ttl=3``) and few shards.
+  leases (NATS ``lease_ttl=3``, Kubernetes shard leases ``lease_duration=6``) and few shards.
 - ``github_secret`` → the name of a Secret in ``namespace`` holding the simulator's PAT
   (``github_token``), ARC's format.
 - ``runner_env`` → a running runner worker and a registered scale set (``RunnerEnv``).
@@ -77,7 +77,11 @@ def worker_settings(kube_api: Any, nats_server: Any, namespace: str) -> Callable
             actions_timeout=20.0,
             shutdown_timeout=5.0,
             kube_request_timeout=10.0,
-            lease_duration=3.0,  # short Kubernetes shard leases, like lease_ttl above
+            # Kubernetes shard leases of 6 s: request timeout 1.2 s, validity 4.2 s, renewal every 3 s,
+            # crash hand-over within 7.8 s (README "Shard ownership leases"). 3 s (a 0.6 s request
+            # timeout) made one slow renewal on a loaded 2-core machine drop every shard. Tests of
+            # lease timing pass a shorter lease_duration explicitly.
+            lease_duration=6.0,
             # The shard leases live and die with the test's namespace (on a real cluster too).
             lease_namespace=namespace,
         )
