@@ -98,33 +98,12 @@ class FakeRunnerWorker:
 
     async def step(self, client: ActionsClient) -> None:
         for r in await runners(self.kube, self.namespace, include_deleting=True):
-            key = EPHEMERAL_RUNNERS.key_of(r)
             if r.metadata.is_deleting:
-                with suppress(Conflict, NotFound):
-                    await self.kube.writer.patch_merge(
-                        EPHEMERAL_RUNNERS,
-                        key,
-                        {"metadata": {"finalizers": []}},
-                        resource_version=r.metadata.resource_version,
-                    )
+                await release_runner(self.kube, r)
             elif self.register and r.metadata.name not in self.registered and not (r.status and r.status.runner_id):
                 jit = await client.generate_jit_config(self.scale_set_id, r.metadata.name)
                 self.registered[r.metadata.name] = jit.runner.id
-                try:
-                    await self.kube.writer.patch_status(
-                        EPHEMERAL_RUNNERS,
-                        key,
-                        {
-                            "status": {
-                                "phase": "Running",
-                                "runnerId": jit.runner.id,
-                                "runnerName": r.metadata.name,
-                                "ready": True,
-                            }
-                        },
-                        resource_version=r.metadata.resource_version,
-                    )
-                except (Conflict, NotFound):
+                if not await report_registered_running(self.kube, r, jit.runner.id):
                     self.registered.pop(r.metadata.name, None)
 
     async def run(self) -> None:
@@ -145,3 +124,30 @@ async def fake_runner_worker(
             yield fake
         finally:
             tg.cancel_scope.cancel()
+
+
+async def release_runner(kube: Kube, r: EphemeralRunner) -> None:
+    """What a runner worker does last for a deleting runner: drop its finalizers (gone or changed
+    meanwhile: nothing to do)."""
+    with suppress(Conflict, NotFound):
+        await kube.writer.patch_merge(
+            EPHEMERAL_RUNNERS,
+            EPHEMERAL_RUNNERS.key_of(r),
+            {"metadata": {"finalizers": []}},
+            resource_version=r.metadata.resource_version,
+        )
+
+
+async def report_registered_running(kube: Kube, r: EphemeralRunner, runner_id: int) -> bool:
+    """Status as the runner worker writes it once the runner is registered and its pod runs;
+    False when the runner changed or went meanwhile."""
+    try:
+        await kube.writer.patch_status(
+            EPHEMERAL_RUNNERS,
+            EPHEMERAL_RUNNERS.key_of(r),
+            {"status": {"phase": "Running", "runnerId": runner_id, "runnerName": r.metadata.name, "ready": True}},
+            resource_version=r.metadata.resource_version,
+        )
+    except (Conflict, NotFound):
+        return False
+    return True

@@ -25,10 +25,16 @@ import pytest
 
 from services.embedded.actions_sim.runner_agent import run_runner
 from shared.actions import ActionsClient, PersonalAccessToken
-from shared.kube import EPHEMERAL_RUNNERS, PODS, Conflict, NotFound, ObjectKey
+from shared.kube import EPHEMERAL_RUNNERS, PODS, NotFound, ObjectKey
 from tests.node_sim.helpers import node_config, running_node
 from tests.scenario.conftest import require_crds, wait_for
-from tests.scenario.runner_set_helpers import runners, set_runner_status, sim_scale_set
+from tests.scenario.runner_set_helpers import (
+    release_runner,
+    report_registered_running,
+    runners,
+    set_runner_status,
+    sim_scale_set,
+)
 from tests.scenario.test_arc_takeover import NAME, install_arc_leftovers, listener_pod_worker, workers
 
 pytestmark = pytest.mark.anyio
@@ -69,34 +75,13 @@ async def runner_stand_in(
         async def loop() -> None:
             while True:
                 for r in await runners(kube, namespace, include_deleting=True):
-                    key = EPHEMERAL_RUNNERS.key_of(r)
                     if r.metadata.is_deleting:
-                        with suppress(Conflict, NotFound):
-                            await kube.writer.patch_merge(
-                                EPHEMERAL_RUNNERS,
-                                key,
-                                {"metadata": {"finalizers": []}},
-                                resource_version=r.metadata.resource_version,
-                            )
+                        await release_runner(kube, r)
                         continue
                     if r.metadata.uid in known or r.metadata.name in started:
                         continue
                     jit = await client.generate_jit_config(sid, r.metadata.name)
-                    try:
-                        await kube.writer.patch_status(
-                            EPHEMERAL_RUNNERS,
-                            key,
-                            {
-                                "status": {
-                                    "phase": "Running",
-                                    "runnerId": jit.runner.id,
-                                    "runnerName": r.metadata.name,
-                                    "ready": True,
-                                }
-                            },
-                            resource_version=r.metadata.resource_version,
-                        )
-                    except (Conflict, NotFound):
+                    if not await report_registered_running(kube, r, jit.runner.id):
                         continue
                     started.append(r.metadata.name)
                     tg.start_soon(play, r.metadata.name, jit.encoded_jit_config)
