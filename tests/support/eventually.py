@@ -11,21 +11,45 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import anyio
 
 T = TypeVar("T")
 
 
+# Two signatures, so that mypy infers T from an async predicate's awaited value (with one
+# `Callable[[], T | Awaitable[T]]` it cannot pick T for a coroutine function).
+@overload
+async def eventually(
+    predicate: Callable[[], Awaitable[T]],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+    describe: Callable[[], object] | None = ...,
+) -> T: ...
+
+
+@overload
 async def eventually(
     predicate: Callable[[], T | Awaitable[T]],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+    describe: Callable[[], object] | None = ...,
+) -> T: ...
+
+
+async def eventually(
+    predicate: Callable[[], Any],
     *,
     timeout: float = 20.0,
     interval: float = 0.05,
     what: str = "condition",
     describe: Callable[[], object] | None = None,
-) -> T:
+) -> Any:
     """Call ``predicate`` (sync or async) every ``interval`` seconds until it returns something
     truthy and return that; after ``timeout`` seconds fail the test with an AssertionError naming
     ``what``, the predicate's last value and, when given, ``describe()`` (what the test saw).
@@ -42,7 +66,7 @@ async def eventually(
             if inspect.isawaitable(last):
                 last = await last
             if last:
-                return last  # type: ignore[no-any-return]
+                return last
             await anyio.sleep(interval)
     assert scope.cancelled_caught
     seen = f"; last seen: {describe()!r}" if describe is not None else ""
