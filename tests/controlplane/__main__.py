@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # status
         versions = build_mod.pinned_versions()
-        bin_dir = build_mod.cached_bin_dir()
+        cached = build_mod.cached_bin_dir()
         print(f"versions: Kubernetes {versions.kubernetes}, etcd {versions.etcd}")
-        print(f"binaries: {bin_dir or 'not built (run `build`)'}")
+        print(f"binaries: {cached or 'not built (run `build`)'}")
         if running is None:
             print(f"control plane: not running (state dir {state_dir})")
             return 1

@@ -81,7 +81,8 @@ class Running:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def kubeconfig_doc(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict[str, object]:
