@@ -75,6 +75,7 @@ async def test_protobuf_and_json_bodies_create_the_same_objects(
                 )
                 return resp.status, json.loads(await resp.read())
             except ApiException as exc:
+                assert exc.body is not None, exc
                 return exc.status, json.loads(exc.body)
 
         kinds = []
