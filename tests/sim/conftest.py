@@ -93,7 +93,8 @@ class Service:
         }
         reply = await self.admin("POST", "_apis/runtime/runnerscalesets", body)
         assert reply.status == 200, reply.raw
-        return reply.json()
+        created: dict[str, Any] = reply.json()
+        return created
 
     async def create_session(self, scale_set_id: int, owner: str = "test-host") -> Reply:
         body = {"sessionId": "00000000-0000-0000-0000-000000000000", "ownerName": owner}

@@ -13,7 +13,7 @@ from pathlib import Path
 from services.embedded.actions_sim.control_client import SyncSimControl
 
 
-def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp
 import anyio
 import pytest
 
+from services.embedded.actions_sim import views
 from services.embedded.actions_sim.control_client import SimControlError
 from services.embedded.actions_sim.runner_agent import EXIT_ERROR, EXIT_OK, EXIT_OUTDATED, run_runner
 from tests.fixtures.actions_sim import ActionsSim
@@ -15,9 +18,9 @@ from tests.support.eventually import eventually
 pytestmark = pytest.mark.anyio
 
 
-async def drain_events(service: Service, session: dict, *, until: int) -> list[dict]:
+async def drain_events(service: Service, session: dict[str, Any], *, until: int) -> list[dict[str, Any]]:
     """Poll and ack until ``until`` job events arrived (each poll returns at once when any exist)."""
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     last = 0
     with anyio.fail_after(10):
         while len(events) < until:
@@ -39,7 +42,7 @@ async def test_runner_agent_plays_a_job_to_completion(service: Service) -> None:
     jit = (await service.jit(ss["id"], "runner-a")).json()
     seen_running = []
 
-    async def on_started(runner_job) -> None:
+    async def on_started(runner_job: views.RunnerJob) -> None:
         [runner] = await service.sim.control.runners()
         seen_running.append((runner_job.job_id, runner.status))
 
@@ -66,7 +69,7 @@ async def test_busy_runner_cannot_be_removed(service: Service) -> None:
     jit = (await service.jit(ss["id"], "runner-b")).json()
     started = anyio.Event()
 
-    async def on_started(_job) -> None:
+    async def on_started(_job: views.RunnerJob) -> None:
         started.set()
 
     with anyio.fail_after(10):
@@ -86,7 +89,7 @@ async def test_killed_runner_cancels_its_job_and_can_then_be_removed(service: Se
     jit = (await service.jit(ss["id"], "doomed")).json()
     started = anyio.Event()
 
-    async def on_started(_job) -> None:
+    async def on_started(_job: views.RunnerJob) -> None:
         started.set()
 
     with anyio.fail_after(10):

@@ -375,7 +375,7 @@ async def test_https_with_a_custom_root_ca(actions_sim_tls: ActionsSim) -> None:
     assert len(await sim.control.requests()) == 3
 
 
-async def test_absolute_form_request_from_a_proxy_gets_urls_with_the_real_port(actions_sim) -> None:
+async def test_absolute_form_request_from_a_proxy_gets_urls_with_the_real_port(actions_sim: ActionsSim) -> None:
     """A forward proxy may send `POST http://127.0.0.1:PORT/...`; the service URL handed back must
     keep the port, or every later call goes to port 80."""
     import json as _json
@@ -400,6 +400,7 @@ async def test_absolute_form_request_from_a_proxy_gets_urls_with_the_real_port(a
         f"Host: {base.hostname}\r\nAuthorization: RemoteAuth {reg_token}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode() + body
+    assert base.hostname is not None and base.port is not None, actions_sim.url
     with anyio.fail_after(10):
         stream = await anyio.connect_tcp(base.hostname, base.port)
         async with stream:

@@ -11,9 +11,11 @@ from services.embedded.actions_sim.jitconfig import JitConfigError, decode_jit_c
 from services.embedded.actions_sim.views import FaultRule, JobSpec, SimSettings
 from services.embedded.actions_sim.world import (
     MESSAGE_ID_BASE,
+    RunnerRecord,
     ScopeRef,
     Seed,
     ServiceFault,
+    StoredMessage,
     World,
     compute_statistics,
     is_outdated,
@@ -32,7 +34,7 @@ def make_world(**settings: object) -> tuple[World, int, int]:
     return world, tenant.id, scale_set.id
 
 
-def events_of(message) -> list[wire.JobMessage]:
+def events_of(message: StoredMessage) -> list[wire.JobMessage]:
     return msgspec.json.decode(message.body, type=list[wire.JobMessage]) if message.body else []
 
 
@@ -46,7 +48,7 @@ def drain(world: World, scale_set_id: int) -> list[wire.JobMessage]:
     return out
 
 
-def connect_runner(world: World, tenant: int, scale_set_id: int, name: str, version: str = "2.330.0"):
+def connect_runner(world: World, tenant: int, scale_set_id: int, name: str, version: str = "2.330.0") -> RunnerRecord:
     runner = world.register_runner(tenant, scale_set_id, name, f"token-{name}", now=T0)
     assert world.runner_connect(runner, version)
     return runner
@@ -287,7 +289,8 @@ def test_acked_messages_beyond_the_inspection_window_are_forgotten() -> None:
         world.ack_message(ss, message_id)
     kept = world.queues[ss].messages
     assert len(kept) <= 1001 and kept[0].message_id == unacked_first  # unacked ones are never dropped
-    assert world.next_message(ss, 0).message_id == unacked_first
+    first = world.next_message(ss, 0)
+    assert first is not None and first.message_id == unacked_first
 
 
 def test_jobs_route_only_to_scale_sets_whose_scope_covers_the_repository() -> None:
