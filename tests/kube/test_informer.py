@@ -4,7 +4,7 @@ under dropped watch streams, forced compaction (410 → relist), watch lag and b
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import pytest
@@ -16,13 +16,21 @@ from .conftest import ers, eventually
 
 pytestmark = pytest.mark.anyio
 
+T = TypeVar("T")
+
+
+class StartInformer(Protocol):
+    """The ``running`` fixture: runs an informer until the test ends, returns it once synced."""
+
+    async def __call__(self, informer: Informer[T], /) -> Informer[T]: ...
+
 
 @pytest.fixture
-async def running() -> AsyncIterator[Any]:
+async def running() -> AsyncIterator[StartInformer]:
     """Start informers in a task group that is cancelled at the end of the test."""
     async with anyio.create_task_group() as tg:
 
-        async def start(informer: Informer[Any]) -> Informer[Any]:
+        async def start(informer: Informer[T], /) -> Informer[T]:
             tg.start_soon(informer.run)
             await informer.wait_synced(15)
             return informer
@@ -48,7 +56,9 @@ def test_stale_event_detection_is_numeric() -> None:
     assert not is_stale("", "5") and not is_stale("abc", "5")  # opaque versions are never judged
 
 
-async def test_sync_scopes_and_cached_reads(kube: KubeClient, writer: ApiWriter, namespace: str, running: Any) -> None:
+async def test_sync_scopes_and_cached_reads(
+    kube: KubeClient, writer: ApiWriter, namespace: str, running: StartInformer
+) -> None:
     other = f"{namespace}-o"
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "a", labels={"team": "x"}))
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "b", labels={"team": "y"}))
@@ -62,7 +72,8 @@ async def test_sync_scopes_and_cached_reads(kube: KubeClient, writer: ApiWriter,
     cached = everything.get_cached(f"{namespace}/a")
     assert cached is not None and cached.spec.replicas == 1
     cached.spec.replicas = 99  # callers get copies: the cache is not mutated
-    assert everything.get_cached(ObjectKey(namespace, "a")).spec.replicas == 1  # type: ignore[union-attr]
+    again = everything.get_cached(ObjectKey(namespace, "a"))
+    assert again is not None and again.spec.replicas == 1
 
     # Namespace scope is applied by the server; an all-namespaces informer sees both namespaces.
     cluster_wide = await running(Informer(kube, EPHEMERAL_RUNNER_SETS))
@@ -85,7 +96,7 @@ async def test_sync_scopes_and_cached_reads(kube: KubeClient, writer: ApiWriter,
 
 
 async def test_handlers_see_added_modified_deleted_in_order(
-    kube: KubeClient, writer: ApiWriter, namespace: str, running: Any
+    kube: KubeClient, writer: ApiWriter, namespace: str, running: StartInformer
 ) -> None:
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "pre"))
     informer = await running(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))
@@ -111,7 +122,7 @@ async def test_handlers_see_added_modified_deleted_in_order(
 
 
 async def test_converges_after_dropped_streams_without_relisting(
-    kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: Any, control: Any
+    kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: StartInformer, control: Any
 ) -> None:
     informer = await running(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))
     for i in range(20):
@@ -134,13 +145,14 @@ async def test_converges_after_dropped_streams_without_relisting(
     await writer.delete(EPHEMERAL_RUNNER_SETS, f"{namespace}/r1")
     await writer.patch_merge(EPHEMERAL_RUNNER_SETS, f"{namespace}/r2", {"spec": {"replicas": 9}})
     await wait_converged(informer, reader, namespace)
-    assert informer.get_cached(f"{namespace}/r0") is None and informer.get_cached(f"{namespace}/r2").spec.replicas == 9  # type: ignore[union-attr]
+    r2 = informer.get_cached(f"{namespace}/r2")
+    assert informer.get_cached(f"{namespace}/r0") is None and r2 is not None and r2.spec.replicas == 9
     assert informer.relists == 1  # every break resumed from the last resourceVersion
     assert informer.watches > 1
 
 
 async def test_relists_after_compaction_and_converges(
-    kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: Any, control: Any
+    kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: StartInformer, control: Any
 ) -> None:
     for i in range(3):
         await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, f"c{i}"))
@@ -161,11 +173,12 @@ async def test_relists_after_compaction_and_converges(
     await wait_converged(informer, reader, namespace)
     assert informer.relists >= 2
     assert deleted == ["c0"]  # the relist diff reported the deletion it missed
-    assert informer.get_cached(f"{namespace}/c1").spec.replicas == 4  # type: ignore[union-attr]
+    c1 = informer.get_cached(f"{namespace}/c1")
+    assert c1 is not None and c1.spec.replicas == 4
 
 
 async def test_converges_under_watch_lag(
-    kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: Any, control: Any
+    kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: StartInformer, control: Any
 ) -> None:
     informer = await running(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))
     control.settings(watch_lag_seconds=1.5)
@@ -177,7 +190,7 @@ async def test_converges_under_watch_lag(
 
 
 async def test_bookmarks_advance_the_resume_point(
-    kube: KubeClient, writer: ApiWriter, namespace: str, running: Any, control: Any
+    kube: KubeClient, writer: ApiWriter, namespace: str, running: StartInformer, control: Any
 ) -> None:
     previous = control.settings()["bookmark_interval_seconds"]
     control.settings(bookmark_interval_seconds=0.2)

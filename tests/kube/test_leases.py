@@ -103,6 +103,12 @@ class Replica:
                         await self.work(self)
                     await anyio.sleep_forever()
 
+    @property
+    def joined(self) -> KubeShardOwnership:
+        """The ownership the replica joined (it has started)."""
+        assert self.shards is not None, f"replica {self.id} has not joined yet"
+        return self.shards
+
     def owned(self) -> frozenset[int]:
         return self.shards.owned_shards() if (self.shards is not None and self.alive) else frozenset()
 
@@ -208,9 +214,9 @@ async def test_two_then_three_replicas_split_shards_disjointly(
     assert monitor.samples > 100
     assert monitor.violations == []
     # One Lease per replica process, each claiming (annotation) what the replica acts on.
-    assert sorted(specs) == sorted(r.shards.store.own_name for r in replicas)
+    assert sorted(specs) == sorted(r.joined.store.own_name for r in replicas)
     for r in replicas:
-        spec, claims = specs[r.shards.store.own_name]
+        spec, claims = specs[r.joined.store.own_name]
         assert spec.lease_duration_seconds == 2 and spec.acquire_time and spec.renew_time
         assert spec.holder_identity.rsplit("_", 1)[0] == r.id
         assert claims == owned[r.id]
@@ -256,7 +262,7 @@ async def test_at_rest_each_replica_writes_once_per_renew_period(
         tg.cancel_scope.cancel()
     writes = {name: len(v) - 1 for name, v in versions.items()}
     print(f"writes in {window:.1f}s at rest: {writes}")
-    assert sorted(writes) == sorted(r.shards.store.own_name for r in replicas)
+    assert sorted(writes) == sorted(r.joined.store.own_name for r in replicas)
     # One renewal per period (sent at the first list after it is due), give or take one.
     assert all(3 <= n <= 6 for n in writes.values()), writes
     assert sorted(len(o) for o in owned_after) == [8, 8]
@@ -275,7 +281,7 @@ async def test_a_crashed_replicas_shards_move_within_the_bound(
         await wait_for(lambda: balanced(replicas), describe=lambda: coverage(replicas))
         victim = max(replicas, key=lambda r: len(r.owned()))
         orphaned = victim.owned()
-        victim_lease = victim.shards.store.own_name
+        victim_lease = victim.joined.store.own_name
         survivors = [r for r in replicas if r is not victim]
         crashed_at = time.monotonic()
         victim.crash()
@@ -291,7 +297,7 @@ async def test_a_crashed_replicas_shards_move_within_the_bound(
         await wait_for(
             lambda: coverage(survivors) == (set(range(SHARDS)), [8, 8]),
             timeout=handover_bound() + 10,
-            describe=lambda: (coverage(survivors), [r.shards.members for r in survivors]),
+            describe=lambda: (coverage(survivors), [r.joined.members for r in survivors]),
         )
         moved_after = time.monotonic() - crashed_at
         # The dead process's Lease is deleted by a survivor once it has expired.
@@ -323,13 +329,13 @@ async def test_a_clean_shutdown_hands_shards_over_at_once(kube_api: KubeApi, nam
         )
         leaving, staying = replicas
         given_back = leaving.owned()
-        leaving_lease = leaving.shards.store.own_name
+        leaving_lease = leaving.joined.store.own_name
         stopped_at = time.monotonic()
         leaving.stop()
         await wait_for(
             lambda: len(staying.owned()) == SHARDS,
             timeout=timing.duration,
-            describe=lambda: (staying.owned(), staying.shards.members),
+            describe=lambda: (staying.owned(), staying.joined.members),
         )
         took = time.monotonic() - stopped_at
         specs = await holders(reader, namespace, group)
@@ -338,7 +344,7 @@ async def test_a_clean_shutdown_hands_shards_over_at_once(kube_api: KubeApi, nam
     assert took < timing.lister + SLACK < timing.duration, took
     assert monitor.violations == []
     assert leaving_lease not in specs  # the member lease was deleted
-    assert given_back <= specs[staying.shards.store.own_name][1]
+    assert given_back <= specs[staying.joined.store.own_name][1]
 
 
 async def test_held_check_and_change_callbacks_follow_ownership(kube_api: KubeApi, namespace: str) -> None:
@@ -413,7 +419,7 @@ async def test_a_replica_cut_off_from_the_api_stops_acting_before_another_starts
         await wait_for(
             lambda: len(a.owned()) == SHARDS // 2 and len(b.owned()) == SHARDS // 2, describe=lambda: coverage([a, b])
         )
-        if not a.shards.owns(key):
+        if not a.joined.owns(key):
             a, b = b, a
         tg.start_soon(session, a)
         tg.start_soon(session, b)
@@ -594,7 +600,7 @@ async def test_the_lease_namespace_is_created_when_missing(
             await wait_for(lambda: len(r.owned()) == SHARDS)
             running = await holders(reader, lease_ns, group)
             tg.cancel_scope.cancel()
-        assert sorted(running) == [r.shards.store.own_name]
+        assert sorted(running) == [r.joined.store.own_name]
         assert await holders(reader, lease_ns, group) == {}  # deleted on a clean stop
     finally:
         await writer.delete(NAMESPACES, ObjectKey("", lease_ns), missing_ok=True)
@@ -642,12 +648,12 @@ async def test_ownership_survives_a_nats_outage(kube_api: KubeApi, namespace: st
         # ...while the Kubernetes leases are renewed well past what they were valid for at the
         # start of the outage, and owns() stays true for every key of a replica's shards.
         def renewed_after_outage() -> bool:
-            return all(r.shards._valid_until > stopped_at + 2 * TIMING.duration for r in replicas)
+            return all(r.joined._valid_until > stopped_at + 2 * TIMING.duration for r in replicas)
 
         await wait_for(renewed_after_outage, timeout=4 * TIMING.duration + 5)
         for r in replicas:
             keys = [f"ns/k-{i}" for i in range(200)]
-            assert all(r.shards.owns(k) == (r.shards.shard_of(k) in baseline[r.id]) for k in keys)
+            assert all(r.joined.owns(k) == (r.joined.shard_of(k) in baseline[r.id]) for k in keys)
         await anyio.to_thread.run_sync(nats_server.start)
         await wait_for(lambda: len(nats_shards.owned_shards()) == SHARDS, timeout=20)
         tg.cancel_scope.cancel()
@@ -684,7 +690,7 @@ async def test_kubectl_get_leases_shows_the_holders(kube_api: KubeApi, namespace
     lines = out.stdout.splitlines()
     assert lines[0].split()[:2] == ["NAME", "HOLDER"]
     rows = {line.split()[0]: line.split()[1] for line in lines[1:]}
-    assert set(rows) == {r.shards.store.own_name}
+    assert set(rows) == {r.joined.store.own_name}
     assert all(holder.startswith("pod-0_") for holder in rows.values())
 
 
