@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from services.embedded.node_sim.kube import KubeRest
+from tests.fixtures.apiserver import KubeApi
 
 
 @pytest.fixture
-async def kube(kube_api: Any) -> AsyncIterator[KubeRest]:
+async def kube(kube_api: KubeApi) -> AsyncIterator[KubeRest]:
     """Raw JSON access to the API under test (the node sim's own thin client)."""
     k = await KubeRest.from_kubeconfig(kube_api.kubeconfig)
     try:

@@ -6,7 +6,7 @@ import base64
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -17,7 +17,14 @@ from tests.support.eventually import eventually
 Obj = dict[str, Any]
 
 
-def node_config(kube_api: Any, namespace: str, tmp_path: Path, **overrides: Any) -> NodeSimConfig:
+class Kubeconfig(Protocol):
+    """What the node sim needs of an API server: a kubeconfig (``KubeApi``, or a private TLS one)."""
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+
+def node_config(kube_api: Kubeconfig, namespace: str, tmp_path: Path, **overrides: Any) -> NodeSimConfig:
     """Fast knobs for tests: short retries, backoffs and grace cap."""
     base: dict[str, Any] = dict(
         kubeconfig=str(kube_api.kubeconfig),
@@ -87,12 +94,13 @@ async def wait_pod(
         last = await kube.get("pods", namespace, name)
         return last if last is not None and predicate(last) else None
 
-    pod: Obj = await eventually(
+    pod = await eventually(
         holds,
         timeout=timeout,
         what=f"pod {namespace}/{name}: {what or 'condition'}",
         describe=lambda: last and last.get("status"),
     )
+    assert pod is not None  # eventually() returns a truthy value
     return pod
 
 
@@ -109,11 +117,12 @@ async def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: 
 
 
 def phase(pod: Obj) -> str:
-    return (pod.get("status") or {}).get("phase", "")
+    value: str = (pod.get("status") or {}).get("phase", "")
+    return value
 
 
 def cstatus(pod: Obj, name: str | None = None) -> Obj:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    statuses: list[Obj] = (pod.get("status") or {}).get("containerStatuses") or []
     for s in statuses:
         if name is None or s.get("name") == name:
             return s

@@ -5,18 +5,23 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from typing import Any
+from pathlib import Path
 
 import aiohttp
 import anyio
 import pytest
+
+from services.embedded.node_sim.kube import KubeRest
+from tests.fixtures.apiserver import KubeApi
 
 from .helpers import create, phase, pod_body, wait_pod, wait_until
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_cli_runs_pods_and_stops_on_sigterm(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_cli_runs_pods_and_stops_on_sigterm(
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
+) -> None:
     argv = [
         sys.executable, "-m", "shared.cli", "node-sim",
         "--kubeconfig", str(kube_api.kubeconfig), "--namespace", namespace, "--node-name", "cli-node",

@@ -15,9 +15,8 @@ import secrets
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -48,8 +47,14 @@ PY_CLIENT = textwrap.dedent(
 )
 
 
+@dataclass(frozen=True)
+class HttpsApi:
+    url: str
+    kubeconfig: Path
+
+
 @pytest.fixture(scope="module")
-def https_api(kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def https_api(kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsApi]:
     """An HTTPS API server: the real cluster under test, or a private ``--tls`` emulator."""
     if not kube_api.is_emulator:
         # kube_api.url may be a kubectl proxy; the kubeconfig names the server itself.
@@ -58,19 +63,19 @@ def https_api(kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> It
                 "in-cluster clients speak HTTPS only: RUNNERSCALE_KUBECONFIG names a plain-HTTP endpoint "
                 "(kubectl proxy); point it at the cluster's TLS kubeconfig to run this"
             )
-        yield SimpleNamespace(url=kube_api.server_url, kubeconfig=kube_api.kubeconfig)
+        yield HttpsApi(url=kube_api.server_url, kubeconfig=kube_api.kubeconfig)
         return
     bg = BackgroundEmulator(tls=emulator_tls_material())
     emu = bg.start()
     try:
         kubeconfig = emu.write_kubeconfig(tmp_path_factory.mktemp("tls-kube") / "kubeconfig")
-        yield SimpleNamespace(url=emu.url, kubeconfig=kubeconfig)
+        yield HttpsApi(url=emu.url, kubeconfig=kubeconfig)
     finally:
         bg.stop()
 
 
 @pytest.fixture
-async def kube(https_api: Any) -> AsyncIterator[KubeRest]:
+async def kube(https_api: HttpsApi) -> AsyncIterator[KubeRest]:
     k = await KubeRest.from_kubeconfig(https_api.kubeconfig)
     try:
         yield k
@@ -106,7 +111,7 @@ async def tls_namespace(kube: KubeRest) -> AsyncIterator[str]:
 
 @pytest.mark.timeout(1800)  # includes the Go build on a cold cache
 async def test_in_cluster_clients_run_as_process_pods(
-    https_api: Any, kube: KubeRest, tls_namespace: str, tmp_path: Path
+    https_api: HttpsApi, kube: KubeRest, tls_namespace: str, tmp_path: Path
 ) -> None:
     try:
         goclient = build.build()["goclient"]

@@ -7,6 +7,7 @@ import pytest
 from services.embedded.node_sim.podspec import (
     SERVICE_ACCOUNT_DIR,
     MountError,
+    Objects,
     TokenSource,
     in_cluster_env,
     token_request_body,
@@ -41,7 +42,7 @@ POD = {
         ],
     },
 }
-OBJECTS = {("configmaps", "kube-root-ca.crt"): {"data": {"ca.crt": "PEM"}}}
+OBJECTS: Objects = {("configmaps", "kube-root-ca.crt"): {"data": {"ca.crt": "PEM"}}}
 
 
 def test_service_variables_only_for_https() -> None:

@@ -4,12 +4,14 @@ controllers (pod GC, node lifecycle) leave the pods it runs alone; on a clean st
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from services.embedded.node_sim import heartbeat
-from services.embedded.node_sim.kube import KubeError
+from services.embedded.node_sim.kube import KubeError, KubeRest
+from tests.fixtures.apiserver import KubeApi
 
 from .helpers import create, node_config, phase, pod_body, running_node, wait_pod, wait_until
 
@@ -56,7 +58,7 @@ def _condition(node: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
 
 
-async def _get(kube: Any, path: str) -> dict[str, Any] | None:
+async def _get(kube: KubeRest, path: str) -> dict[str, Any] | None:
     try:
         return await kube.request("GET", path)
     except KubeError as exc:
@@ -66,7 +68,7 @@ async def _get(kube: Any, path: str) -> dict[str, Any] | None:
 
 
 async def test_node_is_registered_kept_alive_and_removed(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
 ) -> None:
     name = f"node-sim-{namespace}"
     node_path, lease_path = f"/api/v1/nodes/{name}", f"{heartbeat.LEASES}/{name}"

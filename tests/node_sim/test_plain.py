@@ -3,9 +3,12 @@ is finalized; scheduling respects nodeSelector."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
 import pytest
+
+from services.embedded.node_sim.kube import KubeRest
+from tests.fixtures.apiserver import KubeApi
 
 from .helpers import conditions, create, cstatus, node_config, phase, pod_body, running_node, wait_gone, wait_pod
 
@@ -13,7 +16,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_plain_pod_goes_running_with_realistic_status(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
 ) -> None:
     async with running_node(node_config(kube_api, namespace, tmp_path)):
         await create(kube, namespace, "pods", pod_body("web", containers=[{"name": "web", "image": "nginx:1.27"}]))
@@ -45,7 +48,7 @@ async def test_plain_pod_goes_running_with_realistic_status(
 
 
 async def test_unschedulable_pod_stays_pending_until_it_fits(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
 ) -> None:
     async with running_node(node_config(kube_api, namespace, tmp_path)):
         body = pod_body("picky", containers=[{"name": "c", "image": "busybox"}], nodeSelector={"disktype": "ssd"})
@@ -67,7 +70,7 @@ async def test_unschedulable_pod_stays_pending_until_it_fits(
 
 
 async def test_watch_resumes_after_dropped_streams_and_relists_after_410(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
 ) -> None:
     control = kube_api.require_emulator()
     async with running_node(node_config(kube_api, namespace, tmp_path)):
@@ -92,7 +95,7 @@ async def test_watch_resumes_after_dropped_streams_and_relists_after_410(
 
 
 async def test_status_conflicts_and_api_errors_are_retried(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
 ) -> None:
     control = kube_api.require_emulator()
     # Two stale-write conflicts on pods/status, and one failed binding.

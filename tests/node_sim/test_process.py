@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from pathlib import Path
 
 import pytest
+
+from services.embedded.node_sim.kube import KubeRest
+from tests.fixtures.apiserver import KubeApi
 
 from .helpers import (
     Lines,
@@ -51,7 +54,7 @@ def _alive(pid: int) -> bool:
 
 
 async def test_process_pod_runs_with_materialised_secret_volume(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
 ) -> None:
     config = {"configure_url": "http://127.0.0.1/octo-org", "min_runners": 1}
     await create_secret(kube, namespace, "listener-config", {"config.json": json.dumps(config)})
@@ -100,7 +103,7 @@ async def test_process_pod_runs_with_materialised_secret_volume(
 
 
 async def test_deleting_a_process_pod_stops_the_process(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
 ) -> None:
     # Selected by image (no annotation); ignores SIGTERM, so the node sim must SIGKILL it after the
     # pod's 1 s grace period.
@@ -115,7 +118,9 @@ async def test_deleting_a_process_pod_stops_the_process(
         )
         await wait_pod(kube, namespace, "sleeper", lambda p: phase(p) == "Running", what="Running")
         await wait_until(lambda: "[sleeper] up" in out.lines, what="process output")
-        pid = node.find(namespace, "sleeper").pids()["main"]
+        worker = node.find(namespace, "sleeper")
+        assert worker is not None
+        pid = worker.pids()["main"]
         assert _alive(pid)
 
         await kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/sleeper")
@@ -123,7 +128,9 @@ async def test_deleting_a_process_pod_stops_the_process(
         await wait_until(lambda: not _alive(pid), timeout=5, what="process gone")
 
 
-async def test_crashing_process_restarts_with_backoff(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_crashing_process_restarts_with_backoff(
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
+) -> None:
     container = {
         "name": "crasher",
         "image": "runnerscale:dev",
@@ -141,7 +148,9 @@ async def test_crashing_process_restarts_with_backoff(kube_api: Any, namespace: 
         assert last["exitCode"] == 3 and last["reason"] == "Error" and last["message"] == "boom"
 
 
-async def test_unrunnable_command_is_a_start_error(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_unrunnable_command_is_a_start_error(
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
+) -> None:
     no_command = {"name": "c", "image": "runnerscale:dev"}
     missing = {
         "name": "c",
@@ -165,11 +174,12 @@ def _free_port() -> int:
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 async def test_probes_drive_readiness_and_liveness_restarts(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
 ) -> None:
     port = _free_port()
     server = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import sys
+from typing import Any
 
 import pytest
 
@@ -23,8 +24,8 @@ from services.embedded.node_sim.podspec import (
 NOW = "2026-01-01T00:00:00Z"
 
 
-def _pod(**spec: object) -> dict:
-    base = {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Always"}
+def _pod(**spec: object) -> dict[str, Any]:
+    base: dict[str, object] = {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Always"}
     base.update(spec)
     return {
         "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"app": "x"}},
@@ -33,7 +34,7 @@ def _pod(**spec: object) -> dict:
     }
 
 
-def _secret(**data: str) -> dict:
+def _secret(**data: str) -> dict[str, Any]:
     return {"data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
 
 

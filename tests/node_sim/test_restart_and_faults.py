@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from pathlib import Path
 
 import aiohttp
 import anyio
 import pytest
 
 from services.embedded.node_sim.control import serve_control
+from services.embedded.node_sim.kube import KubeRest
+from tests.fixtures.apiserver import KubeApi
 
 from .helpers import conditions, create, cstatus, node_config, phase, pod_body, running_node, wait_pod, wait_until
 from .test_process import _alive
@@ -20,7 +22,7 @@ SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
 async def test_restart_treats_running_containers_as_lost(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
 ) -> None:
     cfg = node_config(kube_api, namespace, tmp_path)
     async with running_node(cfg) as node:
@@ -49,9 +51,12 @@ async def test_restart_treats_running_containers_as_lost(
         for name in ("always", "never"):
             await wait_pod(kube, namespace, name, lambda p: phase(p) == "Running", what="Running")
         done = await wait_pod(kube, namespace, "done", lambda p: phase(p) == "Succeeded", what="Succeeded")
-        pid = await wait_until(
-            lambda: node.find(namespace, "never") and node.find(namespace, "never").pids().get("p"), what="pid"
-        )
+
+        def never_pid() -> int | None:
+            worker = node.find(namespace, "never")
+            return worker.pids().get("p") if worker is not None else None
+
+        pid = await wait_until(never_pid, what="pid")
     # The node sim is gone and took its processes with it.
     await wait_until(lambda: not _alive(pid), timeout=5, what="process stopped with the node sim")
     # A pod created while no node runs waits for one.
@@ -77,10 +82,12 @@ async def test_restart_treats_running_containers_as_lost(
         await wait_pod(kube, namespace, "later", lambda p: phase(p) == "Running", what="Running")
         # A finished pod is left exactly as it was.
         again = await kube.get("pods", namespace, "done")
-        assert again["metadata"]["resourceVersion"] == done["metadata"]["resourceVersion"]
+        assert again is not None and again["metadata"]["resourceVersion"] == done["metadata"]["resourceVersion"]
 
 
-async def test_fault_knobs_over_the_control_endpoint(kube_api: Any, namespace: str, kube: Any, tmp_path: Any) -> None:
+async def test_fault_knobs_over_the_control_endpoint(
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
+) -> None:
     cfg = node_config(kube_api, namespace, tmp_path, fail_image_pulls=["registry.example/broken*"])
     async with running_node(cfg) as node, anyio.create_task_group() as tg, aiohttp.ClientSession() as http:
         port = await tg.start(serve_control, node, "127.0.0.1", 0)

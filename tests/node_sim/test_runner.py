@@ -3,11 +3,15 @@ Actions simulator's runner agent plays the runner."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from services.embedded.node_sim.kube import KubeRest
 from shared.actions import ActionsClient, PersonalAccessToken
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
 
 from .helpers import (
     create,
@@ -27,7 +31,7 @@ pytestmark = pytest.mark.anyio
 SCALE_SET = "node-sim-runners"
 
 
-async def _jit_config(actions_sim: Any, runner_name: str) -> str:
+async def _jit_config(actions_sim: ActionsSim, runner_name: str) -> str:
     async with ActionsClient.from_config(actions_sim.config_url(), PersonalAccessToken(actions_sim.pat)) as client:
         scale_set = await client.get_scale_set_by_name(SCALE_SET) or await client.create_scale_set(SCALE_SET)
         jit = await client.generate_jit_config(scale_set.id, runner_name)
@@ -54,7 +58,7 @@ def _runner_pod(name: str, secret: str, *, dind: bool = False) -> dict[str, Any]
 
 
 async def test_runner_pod_runs_a_job_and_succeeds(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any, actions_sim: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path, actions_sim: ActionsSim
 ) -> None:
     jit = await _jit_config(actions_sim, "runner-a")
     await create_secret(kube, namespace, "runner-a", {"jitToken": jit})
@@ -78,7 +82,7 @@ async def test_runner_pod_runs_a_job_and_succeeds(
 
 
 async def test_outdated_runner_fails_with_exit_7(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any, actions_sim: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path, actions_sim: ActionsSim
 ) -> None:
     await actions_sim.control.set_min_runner_version("99.0.0")
     jit = await _jit_config(actions_sim, "runner-old")
@@ -94,15 +98,14 @@ async def test_outdated_runner_fails_with_exit_7(
 
 
 async def test_missing_jit_secret_is_a_config_error_until_it_exists(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path
 ) -> None:
     async with running_node(node_config(kube_api, namespace, tmp_path)):
         await create(kube, namespace, "pods", _runner_pod("runner-x", "runner-x"))
 
         def config_error(p: dict[str, Any]) -> bool:
-            return (cstatus(p, "runner").get("state") or {}).get("waiting", {}).get(
-                "reason"
-            ) == "CreateContainerConfigError"
+            reason: object = (cstatus(p, "runner").get("state") or {}).get("waiting", {}).get("reason")
+            return reason == "CreateContainerConfigError"
 
         pod = await wait_pod(kube, namespace, "runner-x", config_error, what="CreateContainerConfigError")
         assert cstatus(pod, "runner")["state"]["waiting"]["message"] == 'secret "runner-x" not found'
@@ -118,7 +121,7 @@ async def test_missing_jit_secret_is_a_config_error_until_it_exists(
 
 
 async def test_deleting_an_idle_runner_pod_disconnects_the_runner(
-    kube_api: Any, namespace: str, kube: Any, tmp_path: Any, actions_sim: Any
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path, actions_sim: ActionsSim
 ) -> None:
     jit = await _jit_config(actions_sim, "runner-idle")
     await create_secret(kube, namespace, "runner-idle", {"jitToken": jit})
