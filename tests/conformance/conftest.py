@@ -84,7 +84,8 @@ class Http:
     async def create(self, path: str, body: Any) -> dict[str, Any]:
         status, obj = await self.post(path, body)
         assert status == 201, (status, obj)
-        return obj
+        created: dict[str, Any] = obj
+        return created
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiClient
+
+from tests.fixtures.apiserver import KubeApi
 
 from .conftest import Http, core
 
@@ -86,7 +90,7 @@ async def test_pod_validation(http: Http, namespace: str) -> None:
     }
 
 
-async def test_typed_pod_round_trip(kube_client, namespace: str) -> None:
+async def test_typed_pod_round_trip(kube_client: ApiClient, namespace: str) -> None:
     api = client.CoreV1Api(kube_client)
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="typed", labels={"app": "x"}),
@@ -117,7 +121,7 @@ async def test_secret_string_data_and_immutability(http: Http, namespace: str) -
     assert status == 422 and body["details"]["kind"] == "Secret"
 
 
-async def test_lease_round_trip(kube_client, namespace: str) -> None:
+async def test_lease_round_trip(kube_client: ApiClient, namespace: str) -> None:
     api = client.CoordinationV1Api(kube_client)
     lease = client.V1Lease(
         metadata=client.V1ObjectMeta(name="leader"),
@@ -135,7 +139,7 @@ async def test_lease_round_trip(kube_client, namespace: str) -> None:
     assert exc.value.status == 409
 
 
-async def test_events_rbac_and_service_accounts(kube_client, namespace: str) -> None:
+async def test_events_rbac_and_service_accounts(kube_client: ApiClient, namespace: str) -> None:
     core_api = client.CoreV1Api(kube_client)
     ev = client.CoreV1Event(
         metadata=client.V1ObjectMeta(generate_name="x."),
@@ -149,12 +153,12 @@ async def test_events_rbac_and_service_accounts(kube_client, namespace: str) -> 
     assert [e.metadata.name for e in listed.items] == [created.metadata.name]
     events_api = client.EventsV1Api(kube_client)
     e2 = await events_api.create_namespaced_event(
-        namespace,
+        namespace,  # plain dict bodies below: the client sends them as they are (its stubs ask for models)
         {
             **EVENTS_V1_EVENT,
             "metadata": {"name": "e2"},
             "regarding": {"kind": "Pod", "name": "p", "namespace": namespace},
-        },
+        },  # type: ignore[arg-type]
     )
     assert e2.metadata.name == "e2"
     rbac = client.RbacAuthorizationV1Api(kube_client)
@@ -162,7 +166,8 @@ async def test_events_rbac_and_service_accounts(kube_client, namespace: str) -> 
         namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="listener"))
     )
     await rbac.create_namespaced_role(
-        namespace, {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+        namespace,
+        {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},  # type: ignore[arg-type]
     )
     await rbac.create_namespaced_role_binding(
         namespace,
@@ -170,7 +175,7 @@ async def test_events_rbac_and_service_accounts(kube_client, namespace: str) -> 
             "metadata": {"name": "rb"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
             "subjects": [{"kind": "ServiceAccount", "name": "listener", "namespace": namespace}],
-        },
+        },  # type: ignore[arg-type]
     )
     roles = await rbac.list_namespaced_role(namespace)
     assert [r.metadata.name for r in roles.items] == ["r"]
@@ -210,10 +215,11 @@ async def test_pod_binding_sets_node_once(http: Http, namespace: str) -> None:
     assert status == 409 and 'already assigned to node "node-a"' in body["message"]
 
 
-async def test_pod_binding_through_the_client(kube_client, namespace: str) -> None:
+async def test_pod_binding_through_the_client(kube_client: ApiClient, namespace: str) -> None:
     api = client.CoreV1Api(kube_client)
     await api.create_namespaced_pod(
-        namespace, {"metadata": {"name": "cb"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+        namespace,
+        {"metadata": {"name": "cb"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},  # type: ignore[arg-type]  # a dict body is sent as it is
     )
     body = client.V1Binding(
         metadata=client.V1ObjectMeta(name="cb"), target=client.V1ObjectReference(kind="Node", name="node-b")
@@ -223,7 +229,7 @@ async def test_pod_binding_through_the_client(kube_client, namespace: str) -> No
     assert pod.spec.node_name == "node-b"
 
 
-async def test_builtin_unknown_fields_are_pruned(kube_api, namespace: str) -> None:
+async def test_builtin_unknown_fields_are_pruned(kube_api: KubeApi, namespace: str) -> None:
     import aiohttp
 
     pod = {
@@ -290,7 +296,7 @@ async def test_event_validation(http: Http, namespace: str) -> None:
     assert status == 201  # an event about a cluster-scoped object lives in "default"
 
 
-async def test_lease_times_are_micro_time(kube_client, http: Http, namespace: str) -> None:
+async def test_lease_times_are_micro_time(kube_client: ApiClient, http: Http, namespace: str) -> None:
     from datetime import UTC, datetime
 
     api = client.CoordinationV1Api(kube_client)
@@ -339,7 +345,7 @@ async def test_lease_times_are_micro_time(kube_client, http: Http, namespace: st
 
 async def test_pod_quantities_are_canonical(http: Http, namespace: str) -> None:
     res = {"requests": {"cpu": "0.5", "memory": "1024Mi"}, "limits": {"cpu": "1000m", "memory": "1536Mi"}}
-    pod = {
+    pod: dict[str, Any] = {
         "metadata": {"name": "q"},
         "spec": {
             "containers": [{"name": "c", "image": "busybox", "resources": res}],

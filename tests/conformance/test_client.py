@@ -5,8 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.fixtures.apiserver import KubeApi
 from tests.support.eventually import eventually
 
 from .conftest import GROUP, widget
@@ -14,7 +16,7 @@ from .conftest import GROUP, widget
 pytestmark = pytest.mark.anyio
 
 
-async def test_methods_never_return_none(kube_client, namespace: str) -> None:
+async def test_methods_never_return_none(kube_client: ApiClient, namespace: str) -> None:
     api = client.CustomObjectsApi(kube_client)
     created = await api.create_namespaced_custom_object(GROUP, "v1", namespace, "widgets", widget("c", replicas=1))
     assert created is not None and created["metadata"]["generation"] == 1
@@ -67,7 +69,9 @@ async def _informer(api: client.CustomObjectsApi, namespace: str, cache: dict[st
                 raise
 
 
-async def test_informer_converges_after_compaction_and_cuts(kube_client, namespace: str, kube_api) -> None:
+async def test_informer_converges_after_compaction_and_cuts(
+    kube_client: ApiClient, namespace: str, kube_api: KubeApi
+) -> None:
     control = kube_api.require_emulator()
     api = client.CustomObjectsApi(kube_client)
     cache: dict[str, str] = {}
@@ -84,7 +88,7 @@ async def test_informer_converges_after_compaction_and_cuts(kube_client, namespa
                 "widgets",
                 f"w{i}",
                 {"spec": {"replicas": i}},
-                _content_type="application/merge-patch+json",
+                _content_type="application/merge-patch+json",  # type: ignore[call-arg]  # _content_type is a keyword the client honours; its stubs omit it
             )
             if i % 3 == 0:
                 await api.delete_namespaced_custom_object(GROUP, "v1", namespace, "widgets", f"w{i}")
@@ -104,7 +108,7 @@ async def test_informer_converges_after_compaction_and_cuts(kube_client, namespa
     assert len(expected) == 66
 
 
-async def test_leader_election_with_a_lease(kube_client, namespace: str) -> None:
+async def test_leader_election_with_a_lease(kube_client: ApiClient, namespace: str) -> None:
     from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
     from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 

@@ -8,6 +8,8 @@ import anyio
 import pytest
 from kubernetes_asyncio import client
 
+from tests.fixtures.apiserver import KubeApi
+
 from .conftest import Http, widget, widgets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +67,7 @@ async def test_invalid_types_and_required(http: Http, namespace: str) -> None:
     assert status == 422
 
 
-async def test_field_validation_modes(kube_api, namespace: str) -> None:
+async def test_field_validation_modes(kube_api: KubeApi, namespace: str) -> None:
     import aiohttp
 
     async with aiohttp.ClientSession() as s:
@@ -104,7 +106,7 @@ async def test_arc_crds_install_established(http: Http) -> None:
         "al.yaml",
     ],
 )
-async def test_arc_samples_are_accepted_without_unknown_fields(kube_api, namespace: str, sample: str) -> None:
+async def test_arc_samples_are_accepted_without_unknown_fields(kube_api: KubeApi, namespace: str, sample: str) -> None:
     import aiohttp
     import yaml
 

@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from tests.fixtures.apiserver import KubeApi
+
 from .conftest import GROUP, Http, core, widget, widgets
 
 pytestmark = pytest.mark.anyio
@@ -188,7 +190,7 @@ async def test_list_shapes(http: Http, namespace: str) -> None:
     assert int(again["metadata"]["resourceVersion"]) > int(crs["items"][0]["metadata"]["resourceVersion"])
 
 
-async def test_resource_version_is_global_and_increments_by_one(http: Http, namespace: str, kube_api) -> None:
+async def test_resource_version_is_global_and_increments_by_one(http: Http, namespace: str, kube_api: KubeApi) -> None:
     control = kube_api.require_emulator()  # a real cluster has concurrent writers: RVs are not consecutive
     await control.settings_async(gc_paused=True)  # no background writes from earlier tests' cleanup
     try:

@@ -24,7 +24,8 @@ async def wait_gone(http: Http, path: str, timeout: float = 10) -> None:
 
 
 async def deletion_timestamp(http: Http, path: str) -> str | None:
-    return (await http.get(path))[1]["metadata"].get("deletionTimestamp")
+    stamp: str | None = (await http.get(path))[1]["metadata"].get("deletionTimestamp")
+    return stamp
 
 
 async def wait_found(http: Http, path: str, timeout: float = 30) -> None:
@@ -35,7 +36,7 @@ async def wait_found(http: Http, path: str, timeout: float = 30) -> None:
             await anyio.sleep(0.02)  # polling a condition under a deadline
 
 
-def ref(owner: dict, block: bool = False) -> dict:
+def ref(owner: dict[str, Any], block: bool = False) -> dict[str, Any]:
     r = {
         "apiVersion": owner["apiVersion"],
         "kind": owner["kind"],

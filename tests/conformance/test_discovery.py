@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import pytest
 from kubernetes_asyncio import client, dynamic
+from kubernetes_asyncio.client import ApiClient
 
 from .conftest import GROUP, WIDGETS, Http
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.anyio
 T = TypeVar("T")
 
 
-async def test_version_has_all_fields_and_parses(http: Http, kube_client) -> None:
+async def test_version_has_all_fields_and_parses(http: Http, kube_client: ApiClient) -> None:
     status, body = await http.get("/version")
     assert status == 200
     for key in (
@@ -68,7 +69,7 @@ async def test_arc_crds_are_served(http: Http) -> None:
     } <= names
 
 
-async def _until(what: str, check: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
+async def _until(what: str, check: Callable[[], Awaitable[T | None]], timeout: float = 30.0) -> T:
     """Poll ``check()`` until it returns something truthy; controllers act asynchronously."""
     with anyio.fail_after(timeout):
         while True:
@@ -80,7 +81,7 @@ async def _until(what: str, check: Callable[[], Awaitable[T]], timeout: float = 
 async def test_crd_created_at_runtime_is_served_and_removed(http: Http, namespace: str) -> None:
     plural = f"things{namespace.replace('-', '')}"
     name = f"{plural}.runtime.runnerscale.dev"
-    crd = {
+    crd: dict[str, Any] = {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": name},
@@ -110,7 +111,7 @@ async def test_crd_created_at_runtime_is_served_and_removed(http: Http, namespac
         }
         assert created["spec"]["names"]["singular"] == plural and created["spec"]["names"]["listKind"].endswith("List")
 
-        async def established() -> dict | None:
+        async def established() -> dict[str, Any] | None:
             _, got = await http.get(f"{crds}/{name}")
             conds = {c["type"]: c["status"] for c in got["status"].get("conditions") or []}
             return got if conds.get("Established") == "True" and conds.get("NamesAccepted") == "True" else None
@@ -157,7 +158,7 @@ async def test_crd_names_in_use_are_not_accepted(http: Http, namespace: str) -> 
     group = f"{namespace.replace('-', '')}.conflict.runnerscale.dev"
     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
-    def crd(plural: str) -> dict:
+    def crd(plural: str) -> dict[str, Any]:
         return {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
@@ -194,7 +195,7 @@ async def _established(http: Http, path: str) -> bool:
     return any(c["type"] == "Established" and c["status"] == "True" for c in got["status"].get("conditions") or [])
 
 
-async def _names_refused(http: Http, path: str) -> dict | None:
+async def _names_refused(http: Http, path: str) -> dict[str, Any] | None:
     _, got = await http.get(path)
     conds = got["status"].get("conditions") or []
     return got["status"] if any(c["type"] == "NamesAccepted" and c["status"] == "False" for c in conds) else None
@@ -225,7 +226,7 @@ async def test_unknown_resource_is_404_status(http: Http) -> None:
             assert await resp.text() == "404 page not found\n"
 
 
-async def test_dynamic_client_resolves_custom_kind(kube_client, namespace: str) -> None:
+async def test_dynamic_client_resolves_custom_kind(kube_client: ApiClient, namespace: str) -> None:
     dyn = await dynamic.DynamicClient(kube_client)
     widgets = await dyn.resources.get(api_version=f"{GROUP}/v1", kind="Widget")
     listed = await widgets.get(namespace=namespace)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.embedded.apiserver import FaultRule
+from services.embedded.apiserver import EmulatorControl, FaultRule
+from tests.fixtures.apiserver import KubeApi
 
 from .conftest import GROUP, Http, watch_lines, widget, widgets
 
@@ -16,7 +20,7 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def control(kube_api):
+def control(kube_api: KubeApi) -> Iterator[EmulatorControl]:
     ctl = kube_api.require_emulator()
     ctl.clear_faults()
     yield ctl
@@ -24,7 +28,9 @@ def control(kube_api):
     ctl.settings(watch_lag_seconds=0)
 
 
-async def test_injected_conflict_is_count_limited_and_scoped(http: Http, namespace: str, control) -> None:
+async def test_injected_conflict_is_count_limited_and_scoped(
+    http: Http, namespace: str, control: EmulatorControl
+) -> None:
     await http.create(widgets(namespace), widget("a"))
     await http.create(widgets(namespace), widget("b"))
     control.add_fault(
@@ -40,7 +46,7 @@ async def test_injected_conflict_is_count_limited_and_scoped(http: Http, namespa
     assert control.faults() == []
 
 
-async def test_injected_429_has_retry_after(kube_api, namespace: str, control) -> None:
+async def test_injected_429_has_retry_after(kube_api: KubeApi, namespace: str, control: EmulatorControl) -> None:
     import aiohttp
 
     control.add_fault(FaultRule(action="error", code=429, verb="list", resource="configmaps", retry_after_seconds=2))
@@ -53,10 +59,13 @@ async def test_injected_429_has_retry_after(kube_api, namespace: str, control) -
         assert body["reason"] == "TooManyRequests" and body["details"]["retryAfterSeconds"] == 2
 
 
-async def test_injected_500_through_the_client(kube_client, namespace: str, control) -> None:
+async def test_injected_500_through_the_client(
+    kube_client: ApiClient, namespace: str, control: EmulatorControl
+) -> None:
     control.add_fault(action="error", code=500, verb="create", resource="pods", times=1)
     api = client.CoreV1Api(kube_client)
-    pod = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    # A plain dict body: the client sends it as it is (its stubs ask for a V1Pod).
+    pod: Any = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
     with pytest.raises(ApiException) as exc:
         await api.create_namespaced_pod(namespace, pod)
     assert exc.value.status == 500
@@ -64,7 +73,7 @@ async def test_injected_500_through_the_client(kube_client, namespace: str, cont
     assert created.metadata.name == "x"
 
 
-async def test_injected_latency(http: Http, namespace: str, control) -> None:
+async def test_injected_latency(http: Http, namespace: str, control: EmulatorControl) -> None:
     control.add_fault(action="latency", delay_seconds=0.3, verb="get", resource="widgets", times=1)
     await http.create(widgets(namespace), widget("slow"))
     start = time.monotonic()
@@ -72,7 +81,7 @@ async def test_injected_latency(http: Http, namespace: str, control) -> None:
     assert status == 200 and time.monotonic() - start >= 0.3
 
 
-async def test_dropped_watch_stream(http: Http, namespace: str, control) -> None:
+async def test_dropped_watch_stream(http: Http, namespace: str, control: EmulatorControl) -> None:
     for i in range(3):
         await http.create(widgets(namespace), widget(f"d{i}"))
     control.add_fault(action="drop_watch", resource="widgets", namespace=namespace, after_events=1)
@@ -82,7 +91,7 @@ async def test_dropped_watch_stream(http: Http, namespace: str, control) -> None
         await watch_lines(http, widgets(namespace), {}, 3)
 
 
-async def test_watch_lag_knob(http: Http, namespace: str, control) -> None:
+async def test_watch_lag_knob(http: Http, namespace: str, control: EmulatorControl) -> None:
     _, listed = await http.get(widgets(namespace))
     control.settings(watch_lag_seconds=0.4)
     await http.create(widgets(namespace), widget("lag"))
@@ -93,7 +102,7 @@ async def test_watch_lag_knob(http: Http, namespace: str, control) -> None:
     assert time.monotonic() - start >= 0.2
 
 
-async def test_bad_fault_rule_is_rejected(control) -> None:
+async def test_bad_fault_rule_is_rejected(control: EmulatorControl) -> None:
     from services.embedded.apiserver.control import ControlError
 
     with pytest.raises(ControlError, match="code must be an HTTP error status"):
@@ -102,7 +111,7 @@ async def test_bad_fault_rule_is_rejected(control) -> None:
         control._call("POST", "/_emulator/faults", {"action": "explode"})
 
 
-async def test_request_counter_and_metrics(http: Http, namespace: str, control) -> None:
+async def test_request_counter_and_metrics(http: Http, namespace: str, control: EmulatorControl) -> None:
     control.reset_request_counts()
     await http.create(widgets(namespace), widget("m"))
     await http.patch(widgets(namespace, "m", "status"), {"status": {"phase": "x"}})
@@ -119,7 +128,7 @@ async def test_request_counter_and_metrics(http: Http, namespace: str, control) 
     )
 
 
-async def test_python_hooks_in_process(kube_api, http: Http, namespace: str) -> None:
+async def test_python_hooks_in_process(kube_api: KubeApi, http: Http, namespace: str) -> None:
     if kube_api.background is None:
         pytest.skip("needs the in-process emulator")
     await http.create(widgets(namespace), widget("hook"))
@@ -133,7 +142,9 @@ async def test_python_hooks_in_process(kube_api, http: Http, namespace: str) -> 
     assert kube_api.call(lambda emu: emu.faults.remove(rule.id)) is False  # spent after one use
 
 
-async def test_control_state_gc_and_crd_install(kube_api, http: Http, namespace: str, control) -> None:
+async def test_control_state_gc_and_crd_install(
+    kube_api: KubeApi, http: Http, namespace: str, control: EmulatorControl
+) -> None:
     state = control.state()
     assert state["resource_version"] > 0 and state["objects"] > 0
     assert "watch_lag_seconds" in state["settings"]
@@ -164,7 +175,7 @@ async def test_control_state_gc_and_crd_install(kube_api, http: Http, namespace:
         control.settings(gc_paused=False)
 
 
-async def test_dropped_watch_before_any_event(http: Http, namespace: str, control) -> None:
+async def test_dropped_watch_before_any_event(http: Http, namespace: str, control: EmulatorControl) -> None:
     import aiohttp
 
     control.add_fault(action="drop_watch", verb="watch", resource="widgets", namespace=namespace, after_events=0)

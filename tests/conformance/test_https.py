@@ -13,6 +13,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
@@ -21,7 +22,7 @@ import yaml
 from .conftest import Http
 
 
-def _call(url: str, context: ssl.SSLContext, body: object = None) -> dict:
+def _call(url: str, context: ssl.SSLContext, body: object = None) -> dict[str, Any]:
     req = urllib.request.Request(
         url,
         data=None if body is None else json.dumps(body).encode(),
@@ -29,7 +30,8 @@ def _call(url: str, context: ssl.SSLContext, body: object = None) -> dict:
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=10, context=context) as resp:
-        return json.loads(resp.read())
+        reply: dict[str, Any] = json.loads(resp.read())
+        return reply
 
 
 def test_tls_emulator_process(tmp_path: Path) -> None:

@@ -7,7 +7,9 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -49,7 +51,7 @@ class Kubectl:
         return subprocess.Popen([*self.base, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:
+def _wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -204,7 +206,7 @@ def test_kubectl_workflow(kube_api: KubeApi, namespace: str, tmp_path: Path) -> 
 
 def test_kubectl_core_resources(kube_api: KubeApi, namespace: str, tmp_path: Path) -> None:
     k = Kubectl(kube_api, tmp_path / "cache")
-    manifest = {
+    manifest: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "settings", "namespace": namespace},

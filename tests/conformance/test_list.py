@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiClient
+
+from tests.fixtures.apiserver import KubeApi
 
 from .conftest import GROUP, Http, core, widget, widgets
 
@@ -77,7 +81,7 @@ async def test_label_selector_numeric_comparisons(http: Http, namespace: str) ->
 
 async def test_pod_field_selectors(http: Http, namespace: str) -> None:
     for name, node in (("p1", "node-a"), ("p2", "")):
-        spec = {"containers": [{"name": "c", "image": "busybox"}]}
+        spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox"}]}
         if node:
             spec["nodeName"] = node
         await http.create(core(namespace, "pods"), {"metadata": {"name": name}, "spec": spec})
@@ -163,7 +167,7 @@ async def test_malformed_continue_tokens(http: Http, namespace: str, token: str,
     assert body["message"] == f"invalid continue token: continue key is not valid: {why}"
 
 
-async def test_bad_and_expired_continue_tokens(http: Http, namespace: str, kube_api) -> None:
+async def test_bad_and_expired_continue_tokens(http: Http, namespace: str, kube_api: KubeApi) -> None:
     for i in range(2):
         await http.create(widgets(namespace), widget(f"t{i}"))
     _, p1 = await http.get(widgets(namespace), limit="1")
@@ -247,7 +251,9 @@ async def test_list_resource_version_options(http: Http, namespace: str) -> None
         ),
     ],
 )
-async def test_list_options_are_validated(http: Http, namespace: str, params: dict, causes: list) -> None:
+async def test_list_options_are_validated(
+    http: Http, namespace: str, params: dict[str, str], causes: list[tuple[str, str]]
+) -> None:
     status, body = await http.get(widgets(namespace), **params)
     assert status == 422 and body["reason"] == "Invalid"
     assert body["details"] == {
@@ -269,13 +275,15 @@ async def test_malformed_list_parameters(http: Http, namespace: str) -> None:
     assert status == 200  # a negative limit means no limit
 
 
-async def test_client_pagination_round_trip(kube_client, http: Http, namespace: str) -> None:
+async def test_client_pagination_round_trip(kube_client: ApiClient, http: Http, namespace: str) -> None:
     for i in range(5):
         await http.create(core(namespace, "configmaps"), {"metadata": {"name": f"cm{i}"}})
     api = client.CoreV1Api(kube_client)
-    names, token = [], None
+    names: list[str] = []
+    token: str | None = None
     while True:
-        page = await api.list_namespaced_config_map(namespace, limit=2, _continue=token)
+        # The client leaves a None query parameter out; its stubs ask for a str.
+        page = await api.list_namespaced_config_map(namespace, limit=2, _continue=token)  # type: ignore[arg-type]
         names += [i.metadata.name for i in page.items]
         token = page.metadata._continue
         if not token:
@@ -283,7 +291,7 @@ async def test_client_pagination_round_trip(kube_client, http: Http, namespace: 
     assert names == ["cm0", "cm1", "cm2", "cm3", "cm4", "kube-root-ca.crt"]
 
 
-async def test_client_set_based_selector(kube_client, http: Http, namespace: str) -> None:
+async def test_client_set_based_selector(kube_client: ApiClient, http: Http, namespace: str) -> None:
     await _labelled(http, namespace)
     api = client.CustomObjectsApi(kube_client)
     listed = await api.list_namespaced_custom_object(

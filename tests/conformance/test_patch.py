@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .conftest import GROUP, Http, core, widget, widgets
@@ -24,19 +26,22 @@ POD = {
 }
 
 
-async def test_dict_patch_with_library_default_content_type_is_400(kube_client, http: Http, namespace: str) -> None:
+async def test_dict_patch_with_library_default_content_type_is_400(
+    kube_client: ApiClient, http: Http, namespace: str
+) -> None:
     await http.create(widgets(namespace), widget("lib", replicas=1))
     api = client.CustomObjectsApi(kube_client)
     with pytest.raises(ApiException) as exc:
         await api.patch_namespaced_custom_object(GROUP, "v1", namespace, "widgets", "lib", {"spec": {"replicas": 2}})
     assert exc.value.status == 400
+    assert isinstance(exc.value.body, str)  # the ApiClient decodes it (its stubs say bytes)
     assert (
         "error decoding patch: json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp"
         in exc.value.body
     )
 
 
-async def test_merge_patch_through_the_client(kube_client, http: Http, namespace: str) -> None:
+async def test_merge_patch_through_the_client(kube_client: ApiClient, http: Http, namespace: str) -> None:
     await http.create(widgets(namespace), widget("mp", replicas=1, tags=["a", "b"], image="x"))
     api = client.CustomObjectsApi(kube_client)
     obj = await api.patch_namespaced_custom_object(
@@ -46,7 +51,7 @@ async def test_merge_patch_through_the_client(kube_client, http: Http, namespace
         "widgets",
         "mp",
         {"spec": {"replicas": 2, "tags": ["c"], "image": None}},
-        _content_type="application/merge-patch+json",
+        _content_type="application/merge-patch+json",  # type: ignore[call-arg]  # _content_type is a keyword the client honours; its stubs omit it
     )
     assert obj["spec"]["replicas"] == 2 and obj["spec"]["tags"] == ["c"] and "image" not in obj["spec"]
     obj = await api.patch_namespaced_custom_object_status(
@@ -56,7 +61,7 @@ async def test_merge_patch_through_the_client(kube_client, http: Http, namespace
         "widgets",
         "mp",
         {"status": {"phase": "Ready"}},
-        _content_type="application/merge-patch+json",
+        _content_type="application/merge-patch+json",  # type: ignore[call-arg]  # _content_type is a keyword the client honours; its stubs omit it
     )
     assert obj["status"]["phase"] == "Ready"
 
@@ -208,10 +213,11 @@ async def test_smp_finalizers_are_a_set(http: Http, namespace: str) -> None:
     await http.create(core(namespace, "configmaps"), {"metadata": {"name": "f", "finalizers": ["x.io/a"]}})
     smp = "application/strategic-merge-patch+json"
 
-    async def patched(patch: dict) -> list[str]:
+    async def patched(patch: dict[str, Any]) -> list[str]:
         status, obj = await http.patch(core(namespace, "configmaps", "f"), {"metadata": patch}, smp)
         assert status == 200, obj
-        return obj["metadata"]["finalizers"]
+        finalizers: list[str] = obj["metadata"]["finalizers"]
+        return finalizers
 
     # The patch's items come first and keep their order; the stored ones are interleaved by
     # their stored position.
@@ -278,7 +284,7 @@ async def test_smp_owner_references_merge_by_uid(http: Http, namespace: str) -> 
     o1 = await http.create(core(namespace, "configmaps"), {"metadata": {"name": "o1"}})
     o2 = await http.create(core(namespace, "configmaps"), {"metadata": {"name": "o2"}})
 
-    def ref(o: dict) -> dict:
+    def ref(o: dict[str, Any]) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "ConfigMap", "name": o["metadata"]["name"], "uid": o["metadata"]["uid"]}
 
     await http.create(core(namespace, "configmaps"), {"metadata": {"name": "dep", "ownerReferences": [ref(o1)]}})

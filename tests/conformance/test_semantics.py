@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ from services.embedded.apiserver.store import Event, Watcher, WatchFilter
 POD_RULES = smp_rules_for("Pod")
 
 
-def obj(labels=None, **fields):
+def obj(labels: dict[str, str] | None = None, **fields: Any) -> dict[str, Any]:
     return {"metadata": {"name": "x", "namespace": "ns", "labels": labels or {}}, **fields}
 
 
@@ -51,7 +52,7 @@ def obj(labels=None, **fields):
         ("", {"z": "1"}, True),
     ],
 )
-def test_label_selectors(selector: str, labels: dict, expected: bool) -> None:
+def test_label_selectors(selector: str, labels: dict[str, str], expected: bool) -> None:
     assert labels_match(parse_label_selector(selector), obj(labels)) is expected
 
 
@@ -377,7 +378,7 @@ def test_schema_null_and_embedded_resources() -> None:
         (4, "4"),
     ],
 )
-def test_quantity_canonical_form(given, canonical: str) -> None:
+def test_quantity_canonical_form(given: str | int, canonical: str) -> None:
     from services.embedded.apiserver.quantity import canonical as canon
 
     assert canon(given) == canonical

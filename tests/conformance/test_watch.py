@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anyio
 import pytest
 from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.fixtures.apiserver import KubeApi
 from tests.support.eventually import eventually
 
 from .conftest import GROUP, Http, core, watch_lines, widget, widgets
@@ -19,7 +22,7 @@ pytestmark = pytest.mark.anyio
 async def test_watch_without_rv_sends_added_then_live(http: Http, namespace: str) -> None:
     await http.create(widgets(namespace), widget("b"))
     await http.create(widgets(namespace), widget("a"))
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     with anyio.fail_after(10):
         async with http.session.get(http.base + widgets(namespace), params={"watch": "1"}) as resp:
             assert resp.status == 200 and resp.headers["Content-Type"] == "application/json"
@@ -121,7 +124,7 @@ async def test_field_selector_watch_by_name(http: Http, namespace: str) -> None:
     assert events[0]["object"]["metadata"]["name"] == "mine"
 
 
-async def test_watch_after_compaction_is_410(http: Http, namespace: str, kube_api) -> None:
+async def test_watch_after_compaction_is_410(http: Http, namespace: str, kube_api: KubeApi) -> None:
     control = kube_api.require_emulator()
     obj = await http.create(widgets(namespace), widget("c"))
     await http.patch(widgets(namespace, "c"), {"spec": {"replicas": 1}})
@@ -133,7 +136,7 @@ async def test_watch_after_compaction_is_410(http: Http, namespace: str, kube_ap
     assert status["message"].startswith(f"too old resource version: {obj['metadata']['resourceVersion']} (")
 
 
-async def test_client_watch_raises_410(kube_client, http: Http, namespace: str, kube_api) -> None:
+async def test_client_watch_raises_410(kube_client: ApiClient, http: Http, namespace: str, kube_api: KubeApi) -> None:
     control = kube_api.require_emulator()
     obj = await http.create(widgets(namespace), widget("c2"))
     await http.patch(widgets(namespace, "c2"), {"spec": {"replicas": 1}})
@@ -167,7 +170,7 @@ async def test_watch_from_old_rv_is_410(http: Http, namespace: str) -> None:
         assert oldest > 1
 
 
-async def test_watch_history_window_expires_old_events(http: Http, namespace: str, kube_api) -> None:
+async def test_watch_history_window_expires_old_events(http: Http, namespace: str, kube_api: KubeApi) -> None:
     control = kube_api.require_emulator()  # shrinks the watch history window
     before = await control.settings_async()
     obj = await http.create(widgets(namespace), widget("h"))
@@ -213,7 +216,7 @@ async def test_list_from_future_rv_is_504(http: Http, namespace: str) -> None:
         }
 
 
-async def test_bookmarks_only_when_allowed(http: Http, namespace: str, kube_api) -> None:
+async def test_bookmarks_only_when_allowed(http: Http, namespace: str, kube_api: KubeApi) -> None:
     _, listed = await http.get(widgets(namespace))
     rv = listed["metadata"]["resourceVersion"]
     # The bookmark before the deadline is due 2 s ahead of it: a watch of 2 s gets none.
@@ -239,7 +242,7 @@ async def test_bookmarks_only_when_allowed(http: Http, namespace: str, kube_api)
         assert int(bm["metadata"]["resourceVersion"]) >= int(rv)
 
 
-async def test_periodic_bookmarks(http: Http, namespace: str, kube_api) -> None:
+async def test_periodic_bookmarks(http: Http, namespace: str, kube_api: KubeApi) -> None:
     control = kube_api.require_emulator()
     before = await control.settings_async()
     await control.settings_async(bookmark_interval_seconds=0.2)
@@ -260,7 +263,7 @@ async def test_periodic_bookmarks(http: Http, namespace: str, kube_api) -> None:
         await control.settings_async(bookmark_interval_seconds=before["bookmark_interval_seconds"])
 
 
-async def test_client_stream_with_timeout_stops(kube_client, namespace: str) -> None:
+async def test_client_stream_with_timeout_stops(kube_client: ApiClient, namespace: str) -> None:
     core_api = client.CoreV1Api(kube_client)
     seen = []
     with anyio.fail_after(10):
@@ -271,7 +274,7 @@ async def test_client_stream_with_timeout_stops(kube_client, namespace: str) -> 
 
 
 async def test_client_stream_reconnects_after_cut_without_loss(
-    kube_client, http: Http, namespace: str, kube_api
+    kube_client: ApiClient, http: Http, namespace: str, kube_api: KubeApi
 ) -> None:
     control = kube_api.require_emulator()
     api = client.CustomObjectsApi(kube_client)
@@ -299,7 +302,9 @@ async def test_client_stream_reconnects_after_cut_without_loss(
     assert names == ["r1", "r2", "r3"]
 
 
-async def test_abrupt_cut_surfaces_as_client_error(kube_client, http: Http, namespace: str, kube_api) -> None:
+async def test_abrupt_cut_surfaces_as_client_error(
+    kube_client: ApiClient, http: Http, namespace: str, kube_api: KubeApi
+) -> None:
     import aiohttp
 
     control = kube_api.require_emulator()
@@ -354,7 +359,7 @@ async def test_many_watchers_identical_and_slow_reader_does_not_block(http: Http
     assert len(results) == 5 and all(r == results[0] for r in results) and len(results[0]) == 20
 
 
-async def test_client_disconnect_releases_the_watch(http: Http, namespace: str, kube_api) -> None:
+async def test_client_disconnect_releases_the_watch(http: Http, namespace: str, kube_api: KubeApi) -> None:
     control = kube_api.require_emulator()
     before = (await control.state_async())["open_watches"]
     async with http.session.get(http.base + widgets(namespace), params={"watch": "true"}) as resp:
