@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
+from services.embedded.actions_sim.views import RequestRecord
 from shared.actions import ActionsClient, ClientSettings, PersonalAccessToken, RetryPolicy
 from tests.contract.scripted import ScriptedServer
+from tests.fixtures.actions_sim import ActionsSim
+
+T = TypeVar("T")
 
 # Fast retries keep the suite quick; the policy's shape (counts, doubling, Retry-After) is unchanged.
 FAST = ClientSettings(
@@ -28,19 +33,18 @@ async def scripted() -> AsyncIterator[ScriptedServer]:
         await server.stop()
 
 
-def pat_client(sim: object, *, settings: ClientSettings = FAST, **kwargs: object) -> ActionsClient:
+def pat_client(sim: ActionsSim, *, settings: ClientSettings = FAST) -> ActionsClient:
     """A PAT client of the simulator's default org."""
-    return ActionsClient.from_config(
-        sim.config_url(), PersonalAccessToken(sim.pat), settings=settings, environ={}, **kwargs
-    )  # type: ignore[attr-defined]
+    return ActionsClient.from_config(sim.config_url(), PersonalAccessToken(sim.pat), settings=settings, environ={})
 
 
-async def endpoint_calls(sim: object, endpoint: str) -> list[object]:
+async def endpoint_calls(sim: ActionsSim, endpoint: str) -> list[RequestRecord]:
     """The simulator's request log, filtered by endpoint name (e.g. ``"refresh_session"``)."""
-    return [r for r in await sim.control.requests() if r.endpoint == endpoint]  # type: ignore[attr-defined]
+    records: list[RequestRecord] = await sim.control.requests()
+    return [r for r in records if r.endpoint == endpoint]
 
 
-async def wait_for(predicate, *, timeout: float = 5.0, interval: float = 0.02):  # type: ignore[no-untyped-def]
+async def wait_for(predicate: Callable[[], Awaitable[T]], *, timeout: float = 5.0, interval: float = 0.02) -> T:
     """:func:`tests.support.eventually.eventually` with this directory's defaults."""
     from tests.support.eventually import eventually
 

@@ -15,6 +15,7 @@ import ssl
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -22,7 +23,7 @@ from aiohttp import web
 
 
 def fake_jwt(exp: float) -> str:
-    def b64(doc: dict) -> str:
+    def b64(doc: dict[str, object]) -> str:
         return base64.urlsafe_b64encode(json.dumps(doc).encode()).rstrip(b"=").decode()
 
     return f"{b64({'alg': 'RS256', 'typ': 'JWT'})}.{b64({'exp': int(exp)})}.c2lnbmF0dXJl"
@@ -31,7 +32,7 @@ def fake_jwt(exp: float) -> str:
 @dataclass
 class Step:
     status: int = 200
-    body: bytes | str | dict | list | None = None
+    body: bytes | str | dict[str, Any] | list[Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     drop: bool = False  # close the connection without answering

@@ -19,11 +19,12 @@ from shared.actions import (
     SystemInfo,
 )
 from tests.contract.conftest import FAST, endpoint_calls, pat_client
+from tests.fixtures.actions_sim import ActionsSim
 
 pytestmark = pytest.mark.anyio
 
 
-def app(sim, *, installation: bool = True) -> AppCredentials:
+def app(sim: ActionsSim, *, installation: bool = True) -> AppCredentials:
     return AppCredentials(
         app_id=str(sim.app_id),
         installation_id=sim.installation_id if installation else 0,
@@ -32,7 +33,7 @@ def app(sim, *, installation: bool = True) -> AppCredentials:
 
 
 @pytest.mark.parametrize("scope", ["org", "repo", "enterprise"])
-async def test_pat_works_for_every_scope(actions_sim, scope: str) -> None:
+async def test_pat_works_for_every_scope(actions_sim: ActionsSim, scope: str) -> None:
     url = {
         "org": actions_sim.config_url(),
         "repo": actions_sim.config_url(actions_sim.org, actions_sim.repo),
@@ -42,7 +43,8 @@ async def test_pat_works_for_every_scope(actions_sim, scope: str) -> None:
         url, PersonalAccessToken(actions_sim.pat), settings=FAST, environ={}
     ) as client:
         created = await client.create_scale_set(f"set-{scope}")
-        assert (await client.get_scale_set_by_name(f"set-{scope}")).id == created.id
+        got = await client.get_scale_set_by_name(f"set-{scope}")
+        assert got is not None and got.id == created.id
     exchange = (await endpoint_calls(actions_sim, "runner_registration"))[0]
     assert exchange.headers["Authorization"].startswith("RemoteAuth")
     assert exchange.path == "/api/v3/actions/runner-registration"
@@ -50,7 +52,9 @@ async def test_pat_works_for_every_scope(actions_sim, scope: str) -> None:
 
 @pytest.mark.parametrize("scope", ["org", "repo"])
 @pytest.mark.parametrize("installation", [True, False], ids=["installation-id", "installation-lookup"])
-async def test_github_app_works_with_and_without_installation_id(actions_sim, scope: str, installation: bool) -> None:
+async def test_github_app_works_with_and_without_installation_id(
+    actions_sim: ActionsSim, scope: str, installation: bool
+) -> None:
     url = actions_sim.config_url() if scope == "org" else actions_sim.config_url(actions_sim.org, actions_sim.repo)
     creds = app(actions_sim, installation=installation)
     async with ActionsClient.from_config(url, creds, settings=FAST, environ={}) as client:
@@ -61,12 +65,12 @@ async def test_github_app_works_with_and_without_installation_id(actions_sim, sc
     assert len(await endpoint_calls(actions_sim, "installation")) == (0 if installation else 1)
 
 
-def test_github_app_cannot_use_enterprise_scope(actions_sim) -> None:
+def test_github_app_cannot_use_enterprise_scope(actions_sim: ActionsSim) -> None:
     with pytest.raises(CredentialsError, match="enterprise"):
         ActionsClient.from_config(actions_sim.enterprise_config_url(), app(actions_sim), environ={})
 
 
-async def test_wrong_pat_is_an_authentication_error_tried_once(actions_sim) -> None:
+async def test_wrong_pat_is_an_authentication_error_tried_once(actions_sim: ActionsSim) -> None:
     wrong = "ghp_wrongwrongwrongwrongwrong0000"
     async with ActionsClient.from_config(
         actions_sim.config_url(), PersonalAccessToken(wrong), settings=FAST, environ={}
@@ -79,7 +83,7 @@ async def test_wrong_pat_is_an_authentication_error_tried_once(actions_sim) -> N
     assert len(await endpoint_calls(actions_sim, "registration_token")) == 1
 
 
-async def test_unknown_installation_is_an_error_naming_the_request(actions_sim) -> None:
+async def test_unknown_installation_is_an_error_naming_the_request(actions_sim: ActionsSim) -> None:
     creds = AppCredentials(
         app_id=str(actions_sim.app_id), installation_id=999999, private_key=actions_sim.app_private_key_pem
     )
@@ -91,7 +95,7 @@ async def test_unknown_installation_is_an_error_naming_the_request(actions_sim) 
 
 
 @pytest.mark.parametrize("endpoint", ["access_token", "registration_token"])
-async def test_401_on_token_minting_is_not_retried(actions_sim, endpoint: str) -> None:
+async def test_401_on_token_minting_is_not_retried(actions_sim: ActionsSim, endpoint: str) -> None:
     await actions_sim.control.set_fault(endpoint, status=401, count=None)
     async with ActionsClient.from_config(
         actions_sim.config_url(), app(actions_sim), settings=FAST, environ={}
@@ -102,7 +106,7 @@ async def test_401_on_token_minting_is_not_retried(actions_sim, endpoint: str) -
 
 
 @pytest.mark.parametrize("status", [401, 403])
-async def test_registration_exchange_is_retried_on_401_and_403(actions_sim, status: int) -> None:
+async def test_registration_exchange_is_retried_on_401_and_403(actions_sim: ActionsSim, status: int) -> None:
     await actions_sim.control.set_fault("runner_registration", status=status, count=2)
     async with pat_client(actions_sim) as client:
         assert await client.get_scale_set_by_name("x") is None
@@ -110,7 +114,7 @@ async def test_registration_exchange_is_retried_on_401_and_403(actions_sim, stat
     assert statuses[:2] == [status, status] and len(statuses) == 3 and statuses[2] in (200, 201)
 
 
-async def test_admin_token_is_refreshed_within_the_margin(actions_sim) -> None:
+async def test_admin_token_is_refreshed_within_the_margin(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(admin_token_ttl=3600)
     async with pat_client(actions_sim) as client:
         for _ in range(3):
@@ -124,7 +128,7 @@ async def test_admin_token_is_refreshed_within_the_margin(actions_sim) -> None:
     assert len(await endpoint_calls(actions_sim, "runner_registration")) == 4
 
 
-async def test_expired_admin_token_401_triggers_one_refresh(actions_sim) -> None:
+async def test_expired_admin_token_401_triggers_one_refresh(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         await client.get_scale_set_by_name("x")
         await actions_sim.control.advance_clock(3 * 3600)  # every token the sim issued is now expired
@@ -134,7 +138,7 @@ async def test_expired_admin_token_401_triggers_one_refresh(actions_sim) -> None
     assert len(await endpoint_calls(actions_sim, "runner_registration")) == 2
 
 
-async def test_failed_refresh_keeps_the_old_token(actions_sim) -> None:
+async def test_failed_refresh_keeps_the_old_token(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         await client.get_scale_set_by_name("x")
         await actions_sim.control.set_fault("registration_token", status=404, count=None)
@@ -144,7 +148,7 @@ async def test_failed_refresh_keeps_the_old_token(actions_sim) -> None:
         assert await client.get_scale_set_by_name("x") is None  # the old admin token still works
 
 
-async def test_user_agent_is_the_system_info_document(actions_sim) -> None:
+async def test_user_agent_is_the_system_info_document(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("ua")
         client.set_system_info(
@@ -158,7 +162,7 @@ async def test_user_agent_is_the_system_info_document(actions_sim) -> None:
     assert admin.headers["Authorization"].startswith("Bearer")
 
 
-async def test_concurrent_first_calls_share_one_refresh(actions_sim) -> None:
+async def test_concurrent_first_calls_share_one_refresh(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, anyio.create_task_group() as tg:
         for i in range(8):
             tg.start_soon(client.get_scale_set_by_name, f"set-{i}")

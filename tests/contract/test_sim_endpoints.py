@@ -23,11 +23,12 @@ from shared.actions import (
     scale_set_labels,
 )
 from tests.contract.conftest import endpoint_calls, pat_client, wait_for
+from tests.fixtures.actions_sim import ActionsSim
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_runner_group_lookup(actions_sim) -> None:
+async def test_runner_group_lookup(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         group = await client.get_runner_group_by_name("Default")
         assert group.id == DEFAULT_RUNNER_GROUP_ID and group.is_default_group
@@ -38,7 +39,7 @@ async def test_runner_group_lookup(actions_sim) -> None:
     assert len(await endpoint_calls(actions_sim, "get_runner_group")) == 2
 
 
-async def test_scale_set_lifecycle(actions_sim) -> None:
+async def test_scale_set_lifecycle(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         assert await client.get_scale_set_by_name("web") is None
         created = await client.create_scale_set(
@@ -50,8 +51,10 @@ async def test_scale_set_lifecycle(actions_sim) -> None:
         assert created.runner_setting.disable_update is True
         assert created.statistics is not None
 
-        assert (await client.get_scale_set(created.id)).name == "web"
-        assert (await client.get_scale_set_by_name("web")).id == created.id
+        got = await client.get_scale_set(created.id)
+        assert got is not None and got.name == "web"
+        got = await client.get_scale_set_by_name("web")
+        assert got is not None and got.id == created.id
 
         renamed = await client.update_scale_set(created.id, name="web-2")
         assert renamed.name == "web-2" and [lb.name for lb in renamed.labels] == ["web", "linux"]
@@ -70,14 +73,15 @@ async def test_scale_set_lifecycle(actions_sim) -> None:
     assert create_body.status == 200
 
 
-async def test_runner_registration_lookup_and_removal(actions_sim) -> None:
+async def test_runner_registration_lookup_and_removal(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("runners")
         jit = await client.generate_jit_config(scale_set.id, "runner-ab12cd34")
         assert jit.runner.name == "runner-ab12cd34" and jit.runner.runner_scale_set_id == scale_set.id
         assert jit.encoded_jit_config
         assert (await client.get_runner(jit.runner.id)).name == "runner-ab12cd34"
-        assert (await client.get_runner_by_name("runner-ab12cd34")).id == jit.runner.id
+        got = await client.get_runner_by_name("runner-ab12cd34")
+        assert got is not None and got.id == jit.runner.id
         assert await client.get_runner_by_name("runner-absent") is None
 
         with pytest.raises(RunnerExistsError) as exists:
@@ -92,7 +96,7 @@ async def test_runner_registration_lookup_and_removal(actions_sim) -> None:
             await client.generate_jit_config(scale_set.id + 100, "runner-other")
 
 
-async def test_session_lifecycle_and_conflict(actions_sim) -> None:
+async def test_session_lifecycle_and_conflict(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("sessions")
         session = await client.create_message_session(scale_set.id, "listener-a")
@@ -120,7 +124,7 @@ async def test_session_lifecycle_and_conflict(actions_sim) -> None:
             await client.create_message_session(scale_set.id + 100, "listener-c")
 
 
-async def test_session_client_deletes_its_session_on_exit_even_when_cancelled(actions_sim) -> None:
+async def test_session_client_deletes_its_session_on_exit_even_when_cancelled(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("closing")
         with anyio.CancelScope() as scope:
@@ -131,7 +135,7 @@ async def test_session_client_deletes_its_session_on_exit_even_when_cancelled(ac
         assert await actions_sim.control.sessions() == []
 
 
-async def test_messages_poll_ack_and_job_lifecycle(actions_sim) -> None:
+async def test_messages_poll_ack_and_job_lifecycle(actions_sim: ActionsSim) -> None:
     """dotcom flow: JobAssigned, then a runner from our JIT config starts and completes it."""
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("flow")
@@ -165,7 +169,7 @@ async def test_messages_poll_ack_and_job_lifecycle(actions_sim) -> None:
     assert messages and all(m.acked for m in messages)
 
 
-async def test_remove_busy_runner_is_job_still_running(actions_sim) -> None:
+async def test_remove_busy_runner_is_job_still_running(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("busy")
         async with await MessageSessionClient.create(client, scale_set.id, "me") as session:
@@ -185,7 +189,7 @@ async def test_remove_busy_runner_is_job_still_running(actions_sim) -> None:
                 tg.cancel_scope.cancel()
 
 
-async def test_ghes_flow_acquires_available_jobs(actions_sim) -> None:
+async def test_ghes_flow_acquires_available_jobs(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(mode="ghes")
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("ghes")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from typing import Any
 
 import anyio
 import msgspec
@@ -30,6 +31,7 @@ from shared.actions import (
 )
 from shared.log import configure_logging
 from tests.contract.conftest import FAST, endpoint_calls, pat_client
+from tests.fixtures.actions_sim import ActionsSim
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +42,7 @@ async def open_session(client, name: str) -> MessageSessionClient:  # type: igno
 
 
 @pytest.fixture(autouse=True)
-async def short_polls(actions_sim) -> None:  # type: ignore[no-untyped-def]
+async def short_polls(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(poll_wait=0.2)
 
 
@@ -48,7 +50,7 @@ async def short_polls(actions_sim) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("endpoint", ["get_message", "delete_message"])
-async def test_queue_401_refreshes_the_session_once_and_retries(actions_sim, endpoint: str) -> None:
+async def test_queue_401_refreshes_the_session_once_and_retries(actions_sim: ActionsSim, endpoint: str) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "q401") as session:
         await actions_sim.control.enqueue_jobs(count=1, labels=["q401"])
         await actions_sim.control.set_fault(endpoint, status=401, count=1)
@@ -62,18 +64,19 @@ async def test_queue_401_refreshes_the_session_once_and_retries(actions_sim, end
     ]
 
 
-async def test_acquire_401_refreshes_the_session_once_and_retries(actions_sim) -> None:
+async def test_acquire_401_refreshes_the_session_once_and_retries(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(mode="ghes")
     async with pat_client(actions_sim) as client, await open_session(client, "a401") as session:
         await actions_sim.control.enqueue_jobs(count=1, labels=["a401"])
         message = await session.get_message(0, max_capacity=3)
+        assert message is not None
         await actions_sim.control.set_fault("acquire_jobs", status=401, count=1)
         ids = [j.runner_request_id for j in message.available]
         assert await session.acquire_jobs(ids) == ids
     assert len(await endpoint_calls(actions_sim, "refresh_session")) == 1
 
 
-async def test_repeated_queue_401_fails_after_one_refresh(actions_sim) -> None:
+async def test_repeated_queue_401_fails_after_one_refresh(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "q401x") as session:
         await actions_sim.control.set_fault("get_message", status=401, count=None)
         with pytest.raises(MessageQueueTokenExpiredError) as info:
@@ -83,7 +86,7 @@ async def test_repeated_queue_401_fails_after_one_refresh(actions_sim) -> None:
     assert len(await endpoint_calls(actions_sim, "refresh_session")) == 1
 
 
-async def test_expired_tokens_after_clock_jump_heal_through_refreshes(actions_sim) -> None:
+async def test_expired_tokens_after_clock_jump_heal_through_refreshes(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(session_idle_timeout=86400)  # only the tokens expire
     async with pat_client(actions_sim) as client, await open_session(client, "clock") as session:
         assert await session.get_message(0, max_capacity=3) is None
@@ -95,7 +98,7 @@ async def test_expired_tokens_after_clock_jump_heal_through_refreshes(actions_si
     assert statuses[0] == 401 and statuses[-1] == 200  # the refresh itself needed a new admin token
 
 
-async def test_queue_token_close_to_expiry_is_refreshed_before_use(actions_sim) -> None:
+async def test_queue_token_close_to_expiry_is_refreshed_before_use(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(queue_token_ttl=60)  # inside the 120 s margin
     async with pat_client(actions_sim) as client, await open_session(client, "proactive") as session:
         assert await session.get_message(0, max_capacity=3) is None
@@ -106,7 +109,7 @@ async def test_queue_token_close_to_expiry_is_refreshed_before_use(actions_sim) 
 # -- sessions ------------------------------------------------------------------------------------
 
 
-async def test_injected_409_on_session_create(actions_sim) -> None:
+async def test_injected_409_on_session_create(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("conflict")
         await actions_sim.control.set_fault(
@@ -124,7 +127,7 @@ async def test_injected_409_on_session_create(actions_sim) -> None:
         assert len(await endpoint_calls(actions_sim, "create_session")) == 1
 
 
-async def test_session_create_acted_then_500_surfaces_as_conflict_on_retry(actions_sim) -> None:
+async def test_session_create_acted_then_500_surfaces_as_conflict_on_retry(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("acted")
         await actions_sim.control.set_fault("create_session", kind="after", status=500)
@@ -133,7 +136,7 @@ async def test_session_create_acted_then_500_surfaces_as_conflict_on_retry(actio
         assert len(await actions_sim.control.sessions()) == 1  # the first attempt did create it
 
 
-async def test_jit_acted_then_500_surfaces_as_runner_exists_on_retry(actions_sim) -> None:
+async def test_jit_acted_then_500_surfaces_as_runner_exists_on_retry(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("jit")
         await actions_sim.control.set_fault("generate_jit_config", kind="after", status=502)
@@ -143,7 +146,7 @@ async def test_jit_acted_then_500_surfaces_as_runner_exists_on_retry(actions_sim
         assert found is not None and found.runner_scale_set_id == scale_set.id
 
 
-async def test_scale_set_create_acted_then_500_surfaces_as_exists_on_retry(actions_sim) -> None:
+async def test_scale_set_create_acted_then_500_surfaces_as_exists_on_retry(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         await actions_sim.control.set_fault("create_scale_set", kind="after", status=503)
         with pytest.raises(ScaleSetExistsError):
@@ -151,17 +154,18 @@ async def test_scale_set_create_acted_then_500_surfaces_as_exists_on_retry(actio
         assert (await client.get_scale_set_by_name("twice")) is not None  # recover by lookup
 
 
-async def test_double_ack_is_idempotent(actions_sim) -> None:
+async def test_double_ack_is_idempotent(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "ack2") as session:
         await actions_sim.control.enqueue_jobs(count=1, labels=["ack2"])
         message = await session.get_message(0, max_capacity=3)
+        assert message is not None
         await session.delete_message(message.message_id)
         await session.delete_message(message.message_id)  # already acked: still fine
     statuses = [r.status for r in await endpoint_calls(actions_sim, "delete_message")]
     assert statuses[0] == 204 and len(statuses) == 2
 
 
-async def test_evicted_session_is_session_not_found(actions_sim) -> None:
+async def test_evicted_session_is_session_not_found(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "evict") as session:
         await actions_sim.control.evict_session(session.session.session_id)
         with pytest.raises(SessionNotFoundError):
@@ -170,7 +174,7 @@ async def test_evicted_session_is_session_not_found(actions_sim) -> None:
             await session.refresh()
 
 
-async def test_scale_set_deleted_under_a_running_listener(actions_sim) -> None:
+async def test_scale_set_deleted_under_a_running_listener(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "vanish") as session:
         await actions_sim.control.delete_scale_set(session.scale_set_id)
         with pytest.raises((ScaleSetNotFoundError, SessionNotFoundError)) as info:
@@ -185,16 +189,17 @@ async def test_scale_set_deleted_under_a_running_listener(actions_sim) -> None:
 # -- retries -------------------------------------------------------------------------------------
 
 
-async def test_429_with_retry_after_is_honoured(actions_sim) -> None:
+async def test_429_with_retry_after_is_honoured(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("limited")
         await actions_sim.control.set_fault("get_scale_set", status=429, retry_after=1, count=1)
         started = time.monotonic()
-        assert (await client.get_scale_set(scale_set.id)).id == scale_set.id
+        got = await client.get_scale_set(scale_set.id)
+        assert got is not None and got.id == scale_set.id
         assert time.monotonic() - started >= 0.95
 
 
-async def test_429_storm_is_rate_limited_error(actions_sim) -> None:
+async def test_429_storm_is_rate_limited_error(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         await actions_sim.control.set_fault("get_scale_set_by_name", status=429, count=None)
         with pytest.raises(RateLimitedError):
@@ -203,7 +208,7 @@ async def test_429_storm_is_rate_limited_error(actions_sim) -> None:
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
-async def test_transient_5xx_is_retried_until_success(actions_sim, status: int) -> None:
+async def test_transient_5xx_is_retried_until_success(actions_sim: ActionsSim, status: int) -> None:
     async with pat_client(actions_sim) as client:
         await actions_sim.control.set_fault("create_scale_set", status=status, count=3)
         created = await client.create_scale_set("retry")
@@ -211,7 +216,7 @@ async def test_transient_5xx_is_retried_until_success(actions_sim, status: int) 
     assert [r.status for r in await endpoint_calls(actions_sim, "create_scale_set")] == [status] * 3 + [200]
 
 
-async def test_5xx_storm_on_the_poll_gives_up_as_service_unavailable(actions_sim) -> None:
+async def test_5xx_storm_on_the_poll_gives_up_as_service_unavailable(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "storm") as session:
         await actions_sim.control.set_fault("get_message", status=503, count=None)
         with pytest.raises(ServiceUnavailableError) as info:
@@ -220,7 +225,7 @@ async def test_5xx_storm_on_the_poll_gives_up_as_service_unavailable(actions_sim
     assert len(await endpoint_calls(actions_sim, "get_message")) == 5
 
 
-async def test_501_is_not_retried(actions_sim) -> None:
+async def test_501_is_not_retried(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client:
         await actions_sim.control.set_fault("get_runner_by_name", status=501, count=None)
         with pytest.raises(ActionsHTTPError) as info:
@@ -229,7 +234,7 @@ async def test_501_is_not_retried(actions_sim) -> None:
     assert len(await endpoint_calls(actions_sim, "get_runner_by_name")) == 1
 
 
-async def test_slow_poll_beyond_the_attempt_timeout_is_retried(actions_sim) -> None:
+async def test_slow_poll_beyond_the_attempt_timeout_is_retried(actions_sim: ActionsSim) -> None:
     settings = msgspec.structs.replace(FAST, poll_timeout=0.5)
     async with pat_client(actions_sim, settings=settings) as client, await open_session(client, "slow") as session:
         await actions_sim.control.set_fault("get_message", kind="delay", seconds=3.0, count=1)
@@ -238,7 +243,7 @@ async def test_slow_poll_beyond_the_attempt_timeout_is_retried(actions_sim) -> N
         assert message is not None and len(message.assigned) == 1
 
 
-async def test_dropped_poll_connection_is_retried(actions_sim) -> None:
+async def test_dropped_poll_connection_is_retried(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "drop") as session:
         await actions_sim.control.set_fault("get_message", kind="drop", count=1)
         await actions_sim.control.enqueue_jobs(count=1, labels=["drop"])
@@ -246,7 +251,7 @@ async def test_dropped_poll_connection_is_retried(actions_sim) -> None:
         assert message is not None
 
 
-async def test_capacity_rejection_text_plain_400(actions_sim) -> None:
+async def test_capacity_rejection_text_plain_400(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "cap400") as session:
         await actions_sim.control.set_fault(
             "get_message", status=400, body="X-ScaleSetMaxCapacity is invalid", content_type="text/plain; charset=utf-8"
@@ -259,7 +264,7 @@ async def test_capacity_rejection_text_plain_400(actions_sim) -> None:
 # -- payload quirks and delivery order ----------------------------------------------------------
 
 
-async def test_empty_200_poll_body_is_a_decode_error(actions_sim) -> None:
+async def test_empty_200_poll_body_is_a_decode_error(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "empty") as session:
         await actions_sim.control.set_fault("get_message", kind="empty_body")
         with pytest.raises(MessageDecodeError, match="empty body"):
@@ -267,7 +272,7 @@ async def test_empty_200_poll_body_is_a_decode_error(actions_sim) -> None:
 
 
 @pytest.mark.parametrize("endpoint", ["get_message", "create_session", "get_scale_set_by_name", "runner_registration"])
-async def test_bom_prefixed_bodies_decode(actions_sim, endpoint: str) -> None:
+async def test_bom_prefixed_bodies_decode(actions_sim: ActionsSim, endpoint: str) -> None:
     await actions_sim.control.set_fault(endpoint, kind="bom", count=None)
     async with pat_client(actions_sim) as client:
         assert await client.get_scale_set_by_name("bom") is None
@@ -276,18 +281,19 @@ async def test_bom_prefixed_bodies_decode(actions_sim, endpoint: str) -> None:
             assert await session.get_message(0, max_capacity=3) is not None
 
 
-async def test_redelivered_message_after_ack(actions_sim) -> None:
+async def test_redelivered_message_after_ack(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "redeliver") as session:
         await actions_sim.control.enqueue_jobs(count=1, labels=["redeliver"])
         await actions_sim.control.set_fault("get_message", kind="redeliver")
         first = await session.get_message(0, max_capacity=3)
+        assert first is not None
         await session.delete_message(first.message_id)
         again = await session.get_message(first.message_id, max_capacity=3)
         assert again is not None and again.message_id == first.message_id
         assert again.jobs == first.jobs
 
 
-async def test_duplicate_job_events_across_messages(actions_sim) -> None:
+async def test_duplicate_job_events_across_messages(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "dup") as session:
         await actions_sim.control.set_fault("get_message", kind="duplicate_events")
         await actions_sim.control.enqueue_jobs(count=1, labels=["dup"])
@@ -304,10 +310,10 @@ async def test_duplicate_job_events_across_messages(actions_sim) -> None:
         assert len(job_ids) >= 2 and len(set(job_ids)) == 1
 
 
-async def test_odd_and_out_of_order_messages_decode(actions_sim) -> None:
+async def test_odd_and_out_of_order_messages_decode(actions_sim: ActionsSim) -> None:
     async with pat_client(actions_sim) as client, await open_session(client, "odd") as session:
         sid = session.scale_set_id
-        events = [
+        events: list[dict[str, Any]] = [
             {
                 "messageType": "JobCompleted",
                 "jobId": "never-started",
@@ -324,11 +330,14 @@ async def test_odd_and_out_of_order_messages_decode(actions_sim) -> None:
         await actions_sim.control.inject_message(sid, body="")
         await actions_sim.control.inject_message(sid, message_type="SomethingElse")
         first = await session.get_message(0, max_capacity=3)
+        assert first is not None
         assert [type(j) for j in first.jobs] == [JobCompleted, JobStarted, JobAssigned]
         assert first.skipped_types == ("JobRerouted",)
-        assert first.completed[0].finish_time.microsecond == 123457
+        finish_time = first.completed[0].finish_time
+        assert finish_time is not None and finish_time.microsecond == 123457
         await session.delete_message(first.message_id)
         stats_only = await session.get_message(first.message_id, max_capacity=3)
+        assert stats_only is not None
         assert stats_only.jobs == () and stats_only.statistics is not None
         await session.delete_message(stats_only.message_id)
         with pytest.raises(MessageDecodeError, match="unsupported messageType"):
@@ -338,7 +347,7 @@ async def test_odd_and_out_of_order_messages_decode(actions_sim) -> None:
 # -- secrets -------------------------------------------------------------------------------------
 
 
-async def test_no_secret_in_errors_or_logs(actions_sim) -> None:
+async def test_no_secret_in_errors_or_logs(actions_sim: ActionsSim) -> None:
     stream = io.StringIO()
     configure_logging("debug", stream=stream)
     errors: list[str] = []
@@ -356,6 +365,7 @@ async def test_no_secret_in_errors_or_logs(actions_sim) -> None:
                     await call
                 except Exception as exc:  # collecting every error text
                     errors.append(f"{exc!r} {exc}")
+            assert client._admin is not None  # signed in by the calls above
             secrets = [
                 actions_sim.pat,
                 client._admin.token,  # the live token, to look for it

@@ -8,14 +8,15 @@ import time
 import anyio
 import pytest
 
-from shared.actions import MessageSessionClient
+from shared.actions import Message, MessageSessionClient
 from tests.contract.conftest import endpoint_calls, pat_client
+from tests.fixtures.actions_sim import ActionsSim
 from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_empty_poll_returns_none_after_the_configured_wait(actions_sim) -> None:
+async def test_empty_poll_returns_none_after_the_configured_wait(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(poll_wait=1.0)
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("idle")
@@ -28,16 +29,16 @@ async def test_empty_poll_returns_none_after_the_configured_wait(actions_sim) ->
     assert poll.status == 202
 
 
-async def test_message_arriving_during_the_poll_is_returned_immediately(actions_sim) -> None:
+async def test_message_arriving_during_the_poll_is_returned_immediately(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(poll_wait=20.0)
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("wake")
         async with await MessageSessionClient.create(client, scale_set.id, "me") as session:
-            result = []
+            result: list[tuple[Message | None, float]] = []
 
             async def poll() -> None:
-                result.append(await session.get_message(0, max_capacity=3))
-                result.append(time.monotonic())
+                got = await session.get_message(0, max_capacity=3)
+                result.append((got, time.monotonic()))
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(poll)
@@ -49,12 +50,12 @@ async def test_message_arriving_during_the_poll_is_returned_immediately(actions_
                 await eventually(poll_held, timeout=5, interval=0.02, what="the poll held by the service")
                 enqueued_at = time.monotonic()
                 await actions_sim.control.enqueue_jobs(count=1, labels=["wake"])
-            message, returned_at = result
+            [(message, returned_at)] = result
     assert message is not None and len(message.assigned) == 1
     assert returned_at - enqueued_at < 2.0  # far below the 20 s hold
 
 
-async def test_capacity_header_reaches_the_service(actions_sim) -> None:
+async def test_capacity_header_reaches_the_service(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(poll_wait=0.2)
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("cap")
@@ -69,7 +70,7 @@ async def test_capacity_header_reaches_the_service(actions_sim) -> None:
     assert (await endpoint_calls(actions_sim, "get_message"))[0].headers["X-ScaleSetMaxCapacity"] == "2"
 
 
-async def test_unacked_message_is_redelivered_and_acked_one_is_not(actions_sim) -> None:
+async def test_unacked_message_is_redelivered_and_acked_one_is_not(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(poll_wait=0.2)
     async with pat_client(actions_sim) as client:
         scale_set = await client.create_scale_set("ack")

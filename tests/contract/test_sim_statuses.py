@@ -10,19 +10,20 @@ import pytest
 
 from shared.actions import ActionsClient, AppCredentials, MessageSessionClient
 from tests.contract.conftest import FAST, pat_client
+from tests.fixtures.actions_sim import ActionsSim
 
 pytestmark = pytest.mark.anyio
 
 STATUSES = json.loads((Path(__file__).parent.parent / "data" / "actions" / "statuses.json").read_text())
 
 
-def allowed(expected: object) -> set[int]:
+def allowed(expected: int | str | list[int]) -> set[int]:
     if expected == "2xx":
         return set(range(200, 300))
-    return set(expected) if isinstance(expected, list) else {int(expected)}  # type: ignore[arg-type]
+    return set(expected) if isinstance(expected, list) else {int(expected)}
 
 
-async def test_every_endpoint_answers_its_recorded_success_status(actions_sim) -> None:
+async def test_every_endpoint_answers_its_recorded_success_status(actions_sim: ActionsSim) -> None:
     await actions_sim.control.configure(poll_wait=0.2, mode="ghes")
     app = AppCredentials(
         app_id=str(actions_sim.app_id),
@@ -45,6 +46,7 @@ async def test_every_endpoint_answers_its_recorded_success_status(actions_sim) -
             assert await session.get_message(0, max_capacity=2) is None
             await actions_sim.control.enqueue_jobs(count=1, labels=["codes"])
             message = await session.get_message(0, max_capacity=2)
+            assert message is not None
             await session.delete_message(message.message_id)
             await session.acquire_jobs([j.runner_request_id for j in message.available])
         await client.delete_scale_set(scale_set.id)

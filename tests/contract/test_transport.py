@@ -10,6 +10,8 @@ import itertools
 import json
 import ssl
 import time
+from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
@@ -60,7 +62,8 @@ def gaps(server: ScriptedServer, method: str, path: str) -> list[float]:
 async def test_5xx_is_retried_four_times_with_doubling_waits(scripted: ScriptedServer) -> None:
     scripted.script("GET", SCALE_SETS, *[Step(500)] * 3, Step(503), Step(200, SCALE_SET))
     async with client_for(scripted) as client:
-        assert (await client.get_scale_set(7)).id == 7
+        got = await client.get_scale_set(7)
+        assert got is not None and got.id == 7
     waits = gaps(scripted, "GET", SCALE_SETS)
     assert len(waits) == 4
     for wait, expected in zip(waits, [0.02, 0.04, 0.08, 0.16], strict=True):
@@ -106,7 +109,8 @@ async def test_retry_after_beyond_the_limit_fails_fast_with_the_hint(scripted: S
 async def test_dropped_connection_is_retried(scripted: ScriptedServer) -> None:
     scripted.script("GET", SCALE_SETS, Step(drop=True), Step(200, SCALE_SET))
     async with client_for(scripted) as client:
-        assert (await client.get_scale_set(7)).name == "s"
+        got = await client.get_scale_set(7)
+        assert got is not None and got.name == "s"
     assert len(scripted.calls("GET", SCALE_SETS)) == 2
 
 
@@ -114,7 +118,8 @@ async def test_slow_attempt_times_out_and_is_retried(scripted: ScriptedServer) -
     scripted.script("GET", SCALE_SETS, Step(200, SCALE_SET, delay=2.0), Step(200, SCALE_SET))
     settings = msgspec.structs.replace(FAST, request_timeout=0.3)
     async with client_for(scripted, settings=settings) as client:
-        assert (await client.get_scale_set(7)).id == 7
+        got = await client.get_scale_set(7)
+        assert got is not None and got.id == 7
     assert len(scripted.calls("GET", SCALE_SETS)) == 2
 
 
@@ -240,7 +245,8 @@ async def test_failed_refresh_keeps_the_previous_token(scripted: ScriptedServer)
 async def test_admin_401_forces_one_refresh_then_gives_up(scripted: ScriptedServer) -> None:
     scripted.script("GET", SCALE_SETS, Step(401), Step(200, SCALE_SET))
     async with client_for(scripted) as client:
-        assert (await client.get_scale_set(7)).id == 7
+        got = await client.get_scale_set(7)
+        assert got is not None and got.id == 7
         assert scripted.exchanges == 2
         scripted.default("GET", SCALE_SETS, Step(401))
         with pytest.raises(TokenExpiredError):
@@ -271,7 +277,8 @@ async def test_garbled_responses_are_protocol_errors_naming_the_request(
 async def test_bom_before_json_is_stripped(scripted: ScriptedServer) -> None:
     scripted.default("GET", SCALE_SETS, Step(200, b"\xef\xbb\xbf" + json.dumps(SCALE_SET).encode()))
     async with client_for(scripted) as client:
-        assert (await client.get_scale_set(7)).id == 7
+        got = await client.get_scale_set(7)
+        assert got is not None and got.id == 7
 
 
 async def test_poll_204_is_an_error_and_empty_200_is_a_decode_error(scripted: ScriptedServer) -> None:
@@ -311,7 +318,7 @@ async def test_invalid_max_capacity_is_rejected_before_sending(scripted: Scripte
     assert scripted.calls("GET", "/queue/message") == []
 
 
-def _tls_material(tmp_path) -> tuple[bytes, ssl.SSLContext]:
+def _tls_material(tmp_path: Path) -> tuple[bytes, ssl.SSLContext]:
     """A CA and a leaf for 127.0.0.1; returns (CA PEM, server SSL context)."""
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -353,14 +360,15 @@ def _tls_material(tmp_path) -> tuple[bytes, ssl.SSLContext]:
     return ca.public_bytes(serialization.Encoding.PEM), context
 
 
-async def test_custom_root_ca_is_trusted_and_its_absence_is_a_tls_error(tmp_path) -> None:
+async def test_custom_root_ca_is_trusted_and_its_absence_is_a_tls_error(tmp_path: Path) -> None:
     ca_pem, server_context = _tls_material(tmp_path)
     server = ScriptedServer()
     await server.start(ssl_context=server_context)
     try:
         server.default("GET", SCALE_SETS, Step(200, SCALE_SET))
         async with client_for(server, root_ca=ca_pem) as client:
-            assert (await client.get_scale_set(7)).id == 7
+            got = await client.get_scale_set(7)
+            assert got is not None and got.id == 7
             assert client.debug_info()["has_root_ca"] is True
         before = len(server.requests)
         async with client_for(server) as client:
@@ -409,7 +417,7 @@ async def test_environment_proxy_and_no_proxy(scripted: ScriptedServer) -> None:
 
 
 async def test_netrc_entry_for_the_host_does_not_clash_with_our_authorization(
-    scripted: ScriptedServer, tmp_path, monkeypatch: pytest.MonkeyPatch
+    scripted: ScriptedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     netrc = tmp_path / "netrc"
     netrc.write_text("machine 127.0.0.1 login someone password netrc-password-123\n")
@@ -417,7 +425,8 @@ async def test_netrc_entry_for_the_host_does_not_clash_with_our_authorization(
     monkeypatch.setenv("NETRC", str(netrc))
     scripted.default("GET", SCALE_SETS, Step(200, SCALE_SET))
     async with client_for(scripted) as client:
-        assert (await client.get_scale_set(7)).id == 7
+        got = await client.get_scale_set(7)
+        assert got is not None and got.id == 7
     assert scripted.calls("GET", SCALE_SETS)[0].headers["Authorization"].startswith("Bearer ")
 
 
@@ -451,7 +460,7 @@ async def test_deadline_covers_the_token_refresh_too(scripted: ScriptedServer) -
     assert time.monotonic() - started < 1.0
 
 
-async def test_https_proxy_tunnels_tls_with_the_custom_root(tmp_path) -> None:
+async def test_https_proxy_tunnels_tls_with_the_custom_root(tmp_path: Path) -> None:
     ca_pem, server_context = _tls_material(tmp_path)
     server = ScriptedServer()
     await server.start(ssl_context=server_context)
@@ -463,7 +472,8 @@ async def test_https_proxy_tunnels_tls_with_the_custom_root(tmp_path) -> None:
             tunnel = f"http://u:tunnel-pass-77@127.0.0.1:{proxy.port}"
             environ = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": tunnel}  # lower case wins
             async with client_for(server, root_ca=ca_pem, environ=environ) as client:
-                assert (await client.get_scale_set(7)).id == 7
+                got = await client.get_scale_set(7)
+                assert got is not None and got.id == 7
             tg.cancel_scope.cancel()
     finally:
         await server.stop()
@@ -533,7 +543,7 @@ async def test_runaway_body_is_a_protocol_error(scripted: ScriptedServer, monkey
 
 
 async def test_concurrent_queue_401s_share_one_session_refresh(scripted: ScriptedServer) -> None:
-    def session_doc(token: str) -> dict:
+    def session_doc(token: str) -> dict[str, Any]:
         return {
             "sessionId": "s1",
             "ownerName": "me",
