@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -85,7 +86,7 @@ def free_port() -> int:
         return port
 
 
-def kubeconfig_doc(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict[str, object]:
+def kubeconfig_doc(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict[str, Any]:
     """A self-contained kubeconfig (certificates inline), so the file can be copied anywhere."""
 
     def data(path: Path) -> str:

@@ -86,7 +86,7 @@ def test_credentials_from_arc_secret(pem: str) -> None:
         ({"github_token": b"\xff\xfe"}, "github_token"),
     ],
 )
-def test_bad_secret_data_names_the_key(data: dict, fragment: str) -> None:
+def test_bad_secret_data_names_the_key(data: dict[str, str | bytes], fragment: str) -> None:
     with pytest.raises(CredentialsError) as info:
         credentials_from_secret(data)
     assert fragment in str(info.value)

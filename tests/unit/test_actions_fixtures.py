@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -23,17 +24,20 @@ from shared.actions.models import (
     TokenResponse,
 )
 
+T = TypeVar("T")
 DATA = Path(__file__).parent.parent / "data" / "actions"
 
 
-def load(name: str, typ: type) -> object:
+def load(name: str, typ: type[T]) -> T:
     return msgspec.json.decode((DATA / name).read_bytes(), type=typ)
 
 
 def test_rest_token_payloads() -> None:
     assert load("access_token.json", TokenResponse).token.startswith("ghs_")
     reg = load("registration_token.json", TokenResponse)
-    assert reg.expires_at is not None and reg.expires_at.utcoffset().total_seconds() == -8 * 3600
+    assert reg.expires_at is not None
+    offset = reg.expires_at.utcoffset()
+    assert offset is not None and offset.total_seconds() == -8 * 3600
     admin = load("runner_registration.json", ActionsServiceAdmin)
     assert admin.url.endswith("/tenant/123/") and admin.token.count(".") == 2
 

@@ -83,7 +83,9 @@ def test_times_tolerate_seven_fraction_digits_offsets_and_go_zero_time() -> None
     ]
     job = decode_message(envelope(body)).jobs[0]
     assert job.queue_time is not None and job.queue_time.microsecond == 123457
-    assert job.scale_set_assign_time is not None and job.scale_set_assign_time.utcoffset().total_seconds() == 19800
+    assert job.scale_set_assign_time is not None
+    offset = job.scale_set_assign_time.utcoffset()
+    assert offset is not None and offset.total_seconds() == 19800
     assert job.runner_assign_time is None and job.finish_time is None
 
 

@@ -46,7 +46,8 @@ SAMPLES = sorted(
 
 
 def load(name: str) -> dict[str, Any]:
-    return yaml.safe_load((ARC_DATA / name).read_text())
+    manifest: dict[str, Any] = yaml.safe_load((ARC_DATA / name).read_text())
+    return manifest
 
 
 def exact(tree: Any) -> str:
@@ -105,7 +106,8 @@ def test_issue_example() -> None:
     # Typed reads are unchanged: an absent or empty field reads as its zero value.
     assert ars.status is not None and ars.status.current_runners == 0
     assert ars.spec.listener_metrics is not None and ars.spec.listener_metrics.gauges == {}
-    assert ars.spec.listener_config_secret_metadata.labels.get("x") is None
+    meta = ars.spec.listener_config_secret_metadata
+    assert meta is not None and meta.labels.get("x") is None
 
 
 # --- variants: empty maps and lists at several depths, explicit zeros, nulls -----------------------
@@ -253,6 +255,7 @@ def test_a_field_changed_after_decoding_is_encoded() -> None:
     manifest = load("ers.yaml")
     manifest["status"] = {}
     ers = decode(EphemeralRunnerSet, manifest)
+    assert ers.status is not None
     ers.status.current_replicas = 3
     ers.spec.ephemeral_runner_spec.spec = {}  # given, now empty: still written
     tree = to_dict(ers)

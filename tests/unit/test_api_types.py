@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -45,8 +47,9 @@ SAMPLES = sorted(
 )
 
 
-def load(name: str) -> dict:
-    return yaml.safe_load((ARC_DATA / name).read_text())
+def load(name: str) -> dict[str, Any]:
+    manifest: dict[str, Any] = yaml.safe_load((ARC_DATA / name).read_text())
+    return manifest
 
 
 def test_samples_cover_every_kind() -> None:
@@ -75,9 +78,15 @@ def test_decoded_fields_are_typed() -> None:
     assert ars.metadata.name == "arc-runner-set"
     assert ars.spec.min_runners == 1 and ars.spec.max_runners == 10
     assert ars.spec.github_server_tls is not None
+    assert ars.spec.github_server_tls.certificate_from is not None
+    assert ars.spec.github_server_tls.certificate_from.config_map_key_ref is not None
     assert ars.spec.github_server_tls.certificate_from.config_map_key_ref.key == "ca.crt"
+    assert ars.spec.proxy is not None
+    assert ars.spec.proxy.https is not None
     assert ars.spec.proxy.https.credential_secret_ref == "proxy-auth"
+    assert ars.spec.listener_metrics is not None
     assert ars.spec.listener_metrics.histograms["gha_job_startup_duration_seconds"].buckets[0] == 0.01
+    assert ars.spec.autoscaling_listener_metadata is not None
     assert ars.spec.autoscaling_listener_metadata.labels == {"listener-label": "listener"}
     # The pod template is kept as a JSON tree, with YAML's int `cpu: 1` intact.
     runner = ars.spec.template["spec"]["containers"][0]
@@ -100,6 +109,7 @@ def test_typed_state_fields_have_arc_style_json_names() -> None:
     ers = decode(EphemeralRunnerSet, load("ers.yaml"))
     assert ers.spec.patch_id == 42
     assert ers.spec.actionable_revision == 4
+    assert ers.status is not None
     assert ers.status.applied_actionable_revision == 4
     assert ers.status.finished_runner_cleanup_patch_id == 41
     assert ers.status.phase is EphemeralRunnerSetPhase.RUNNING
@@ -187,7 +197,7 @@ def test_kind_registry() -> None:
         (lambda m: m.__setitem__("apiVersion", "actions.summerwind.dev/v1alpha1"), "$.apiVersion"),
     ],
 )
-def test_malformed_ars_names_the_field_path(mutate, path: str) -> None:
+def test_malformed_ars_names_the_field_path(mutate: Callable[[dict[str, Any]], object], path: str) -> None:
     manifest = load("ars-dind.yaml")
     mutate(manifest)
     with pytest.raises(ApiDecodeError) as info:
@@ -212,7 +222,7 @@ def test_missing_required_fields_are_named() -> None:
 
 
 @pytest.mark.parametrize("body", [b"{", b"[]", b"null", b"\xff\xfe", "not json", 42])
-def test_garbage_is_an_api_decode_error_not_a_traceback(body) -> None:
+def test_garbage_is_an_api_decode_error_not_a_traceback(body: Any) -> None:  # 42 is outside the signature
     with pytest.raises(ApiDecodeError) as info:
         decode(AutoscalingRunnerSet, body)
     assert info.value.path.startswith("$")
@@ -240,10 +250,12 @@ def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
 
 def test_ephemeral_runner_helpers() -> None:
     er = decode(EphemeralRunner, load("er.yaml"))
+    assert er.status is not None
     assert er.status.phase is EphemeralRunnerPhase.RUNNING
     assert er.status.has_job() and not er.status.is_done() and not er.status.is_pending()
     assert er.status.last_failure() == datetime(2026, 11, 2, 9, 21, 40, tzinfo=UTC)
-    assert er.spec.runner_container()["name"] == "runner"
+    container = er.spec.runner_container()
+    assert container is not None and container["name"] == "runner"
     assert not er.spec.has_container_hook_configured()
     assert runner_revision(er.metadata) == 4
     owner = er.metadata.controller_reference()
@@ -252,6 +264,7 @@ def test_ephemeral_runner_helpers() -> None:
 
     for phase, done in [("Failed", True), ("Outdated", True), ("Succeeded", True), ("Pending", False), ("", False)]:
         status = msgspec.structs.replace(er.status, phase=EphemeralRunnerPhase(phase))
+        assert status is not None
         assert status.is_done() is done
     assert msgspec.structs.replace(er.status, phase=EphemeralRunnerPhase.NONE).is_pending()
 
@@ -276,7 +289,7 @@ def test_container_hook_detection() -> None:
         ({"actions.github.com/actionable-revision": "-3"}, 0),
     ],
 )
-def test_runner_revision_annotation(annotations: dict, revision: int) -> None:
+def test_runner_revision_annotation(annotations: dict[str, str], revision: int) -> None:
     # Runners created before the annotation existed parse to revision 0 (treated as current).
     assert runner_revision(ObjectMeta(annotations=annotations)) == revision
 
@@ -294,7 +307,7 @@ def test_list_and_watch_event_envelopes() -> None:
     from shared.api import ObjectList, WatchEvent
 
     runner = load("er.yaml")
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "actions.github.com/v1alpha1",
         "kind": "EphemeralRunnerList",
         "metadata": {"resourceVersion": "48400", "continue": "token"},
@@ -302,7 +315,7 @@ def test_list_and_watch_event_envelopes() -> None:
     }
     listed = decode(ObjectList[EphemeralRunner], json.dumps(body).encode())
     assert listed.metadata.resource_version == "48400" and listed.metadata.continue_ == "token"
-    assert [r.status.runner_id for r in listed.items] == [1207, 1207]
+    assert [r.status.runner_id if r.status else None for r in listed.items] == [1207, 1207]
 
     body["items"][1] = {**runner, "spec": {**runner["spec"], "runnerScaleSetId": "17"}}
     with pytest.raises(ApiDecodeError) as info:
@@ -321,11 +334,12 @@ def test_any_kind_decodes_by_its_kind_field() -> None:
 
     for name in SAMPLES:
         manifest = load(name)
-        obj = decode(ApiObject, manifest)
+        # decode() takes a union of kinds too (msgspec picks by the kind tag); its signature says type[T].
+        obj: object = decode(ApiObject, manifest)  # type: ignore[arg-type]
         assert type(obj) is KIND_BY_NAME[manifest["kind"]]
     with pytest.raises(ApiDecodeError) as info:
-        decode(ApiObject, {"kind": "Runner", "spec": {}})
+        decode(ApiObject, {"kind": "Runner", "spec": {}})  # type: ignore[arg-type]  # a union, as above
     assert info.value.path == "$.kind"
     assert "AutoscalingRunnerSet | EphemeralRunnerSet" in str(info.value)
     with pytest.raises(ApiDecodeError, match="kind"):
-        decode(ApiObject, {"spec": {}})
+        decode(ApiObject, {"spec": {}})  # type: ignore[arg-type]  # a union, as above

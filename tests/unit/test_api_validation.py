@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -17,10 +19,11 @@ from shared.api import (
     validate,
 )
 
+T = TypeVar("T")
 ARC_DATA = Path(__file__).resolve().parent.parent / "data" / "arc"
 
 
-def load(cls, name: str, mutate=None):
+def load(cls: type[T], name: str, mutate: Callable[[dict[str, Any]], None] | None = None) -> T:
     manifest = yaml.safe_load((ARC_DATA / name).read_text())
     if mutate:
         mutate(manifest)
@@ -43,12 +46,14 @@ def paths(problems: list[Problem]) -> list[str]:
         (AutoscalingListener, "al.yaml"),
     ],
 )
-def test_realistic_arc_objects_are_valid(cls, name: str) -> None:
+def test_realistic_arc_objects_are_valid(
+    cls: type[AutoscalingRunnerSet | EphemeralRunnerSet | EphemeralRunner | AutoscalingListener], name: str
+) -> None:
     assert validate(load(cls, name)) == []
 
 
 def test_min_runners_above_max_runners() -> None:
-    def mutate(m):
+    def mutate(m: dict[str, Any]) -> None:
         m["spec"]["minRunners"], m["spec"]["maxRunners"] = 5, 2
 
     problems = validate(load(AutoscalingRunnerSet, "ars-dind.yaml", mutate))
@@ -59,7 +64,7 @@ def test_min_runners_above_max_runners() -> None:
 def test_runner_counts_above_int32_are_invalid() -> None:
     """An ARS stored before the CRD bounded maxRunners decodes and is reported, never half-accepted."""
 
-    def mutate(m):
+    def mutate(m: dict[str, Any]) -> None:
         m["spec"]["maxRunners"] = 1_000_000_000_000
 
     problems = validate(load(AutoscalingRunnerSet, "ars-dind.yaml", mutate))
@@ -68,14 +73,14 @@ def test_runner_counts_above_int32_are_invalid() -> None:
 
 
 def test_equal_min_and_max_is_fine() -> None:
-    def mutate(m):
+    def mutate(m: dict[str, Any]) -> None:
         m["spec"]["minRunners"] = m["spec"]["maxRunners"] = 3
 
     assert validate(load(AutoscalingRunnerSet, "ars-dind.yaml", mutate)) == []
 
 
 def test_every_problem_is_reported_at_once() -> None:
-    def mutate(m):
+    def mutate(m: dict[str, Any]) -> None:
         m["spec"]["githubConfigUrl"] = "github.com/octo-org"  # no scheme
         m["spec"]["githubConfigSecret"] = ""
         m["spec"]["runnerScaleSetName"] = "x" * 46
@@ -128,7 +133,7 @@ def test_runner_set_and_runner_need_a_registered_scale_set() -> None:
 
 
 def test_negative_counts_on_runner_set() -> None:
-    def mutate(m):
+    def mutate(m: dict[str, Any]) -> None:
         m["spec"]["replicas"] = -1
         m["spec"]["actionableRevision"] = -2
 
@@ -139,7 +144,7 @@ def test_negative_counts_on_runner_set() -> None:
 
 
 def test_listener_needs_its_targets() -> None:
-    def mutate(m):
+    def mutate(m: dict[str, Any]) -> None:
         m["spec"]["ephemeralRunnerSetName"] = ""
         m["spec"]["minRunners"] = 11
 

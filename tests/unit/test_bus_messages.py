@@ -1,6 +1,7 @@
 """Message contracts: JSON round trips, strict decoding by subject, typed errors, de-dup ids."""
 
 import datetime as dt
+from typing import Any
 
 import msgspec
 import pytest
@@ -24,7 +25,7 @@ T = dt.datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=dt.UTC)
 def samples() -> list[messages.BusMessage]:
     scale_set = ResourceRef("arc.runners", "my.set")
     ers = ResourceRef("arc.runners", "my.set-abcde")
-    job = dict(
+    job: dict[str, Any] = dict(
         scale_set_id=7,
         scale_set=scale_set,
         runner_name="my.set-abcde-runner-x1",
@@ -64,7 +65,7 @@ def samples() -> list[messages.BusMessage]:
 
 
 @pytest.mark.parametrize("message", samples(), ids=lambda m: type(m).__name__)
-def test_every_message_round_trips_through_its_subject(message) -> None:
+def test_every_message_round_trips_through_its_subject(message: messages.BusMessage) -> None:
     subject = messages.subject_for(message)
     data = messages.encode(message)
     assert messages.decode(subject, data) == message
@@ -106,7 +107,7 @@ def test_malformed_bodies_raise_malformed_message_naming_the_subject(data: bytes
 
 
 @pytest.mark.parametrize("version", [2, 0, "1", 1.5, None])
-def test_unknown_schema_versions_are_their_own_error(version) -> None:
+def test_unknown_schema_versions_are_their_own_error(version: object) -> None:
     body = msgspec.json.decode(messages.encode(samples()[0]))
     body["schemaVersion"] = version
     data = msgspec.json.encode(body)

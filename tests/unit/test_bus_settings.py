@@ -60,7 +60,7 @@ def test_environment_is_read_and_flags_override_it() -> None:
         ({"RUNNERSCALE_BUS_OUTBOX_CAPACITY": "0"}, "RUNNERSCALE_BUS_OUTBOX_CAPACITY"),
     ],
 )
-def test_invalid_settings_name_the_setting(env: dict, named: str) -> None:
+def test_invalid_settings_name_the_setting(env: dict[str, str], named: str) -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(parse([]), environ=env)
     assert named in str(err.value)

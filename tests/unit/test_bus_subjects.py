@@ -92,7 +92,7 @@ def test_empty_name_is_rejected_with_a_clear_error() -> None:
         ("other.desired.ns.x", (SubjectKind.UNKNOWN, "", "", "")),
     ],
 )
-def test_parse_subject(subject: str, expected: tuple) -> None:
+def test_parse_subject(subject: str, expected: tuple[SubjectKind, str, str, str]) -> None:
     info = subjects.parse_subject(subject)
     assert (info.kind, info.namespace, info.name, info.resource_kind) == expected
 

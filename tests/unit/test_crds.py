@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from shared import crds
 from shared.api import (
     ALL_KINDS,
     KIND_BY_NAME,
+    CustomObject,
     EphemeralRunnerSet,
     EphemeralRunnerSetSpec,
     EphemeralRunnerSetStatus,
@@ -36,11 +37,12 @@ MANIFESTS = sorted(
 )
 
 
-def load(name: str) -> dict:
-    return yaml.safe_load((ARC_DATA / name).read_text())
+def load(name: str) -> dict[str, Any]:
+    manifest: dict[str, Any] = yaml.safe_load((ARC_DATA / name).read_text())
+    return manifest
 
 
-def crd_for(kind: str) -> dict:
+def crd_for(kind: str) -> dict[str, Any]:
     return next(c for c in crds.build_crds() if c["spec"]["names"]["kind"] == kind)
 
 
@@ -69,7 +71,7 @@ def test_one_file_per_kind_with_arc_names() -> None:
     ]
 
 
-def test_check_and_write_round_trip(tmp_path: Path, capsys) -> None:
+def test_check_and_write_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert crds.cli_main(["--check", "--dir", str(tmp_path)]) == 1
     assert "out of date" in capsys.readouterr().err
     assert crds.cli_main(["--write", "--dir", str(tmp_path)]) == 0
@@ -78,19 +80,21 @@ def test_check_and_write_round_trip(tmp_path: Path, capsys) -> None:
     assert crds.cli_main(["--check", "--dir", str(tmp_path)]) == 1
 
 
-def _print_crds(capsys) -> list[dict]:
+def _print_crds(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
     assert runnerscale(["crds"]) == 0
     return [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
 
 
-def test_runnerscale_crds_prints_every_crd(capsys) -> None:
+def test_runnerscale_crds_prints_every_crd(capsys: pytest.CaptureFixture[str]) -> None:
     docs = _print_crds(capsys)
     assert [d["metadata"]["name"] for d in docs] == sorted(f"{cls.PLURAL}.actions.github.com" for cls in ALL_KINDS)
     on_disk = [yaml.safe_load(p.read_text()) for p in sorted(CRD_DIR.glob("*.yaml"))]
     assert docs == on_disk
 
 
-def test_runnerscale_crds_needs_no_checkout(monkeypatch, tmp_path: Path, capsys) -> None:
+def test_runnerscale_crds_needs_no_checkout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Built in-process from the structs, so an installed package (no deploy/ beside it) works too.
     monkeypatch.setattr(crds, "DEFAULT_OUTPUT_DIR", tmp_path / "absent")
     monkeypatch.chdir(tmp_path)
@@ -107,7 +111,7 @@ def test_runnerscale_crds_console_script_runs_outside_the_repo(tmp_path: Path) -
 # --- shape of the CRDs ----------------------------------------------------------------------------
 
 
-def _nodes(schema: Any, path: str = "$") -> Iterator[tuple[str, dict]]:
+def _nodes(schema: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
     if isinstance(schema, dict):
         yield path, schema
         for key, child in schema.get("properties", {}).items():
@@ -119,7 +123,7 @@ def _nodes(schema: Any, path: str = "$") -> Iterator[tuple[str, dict]]:
 
 
 @pytest.mark.parametrize("cls", ALL_KINDS, ids=lambda c: c.KIND)
-def test_schemas_are_structural(cls) -> None:
+def test_schemas_are_structural(cls: type[CustomObject]) -> None:
     crd = crd_for(cls.KIND)
     assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
     assert crd["spec"]["group"] == "actions.github.com" and crd["spec"]["scope"] == "Namespaced"
@@ -294,7 +298,9 @@ def test_objects_built_in_code_validate_including_null_marker() -> None:
         ),
     ],
 )
-def test_invalid_manifests_are_rejected_with_the_path(mutate, error_path: str) -> None:
+def test_invalid_manifests_are_rejected_with_the_path(
+    mutate: Callable[[dict[str, Any]], object], error_path: str
+) -> None:
     manifest = load("ars-dind.yaml")
     mutate(manifest)
     report = crds.check_manifest(manifest)

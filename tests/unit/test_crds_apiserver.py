@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import yaml
 
 from shared.api import KIND_BY_NAME, EphemeralRunnerSet, EphemeralRunnerSetPhase, decode, status_patch, to_dict
 from shared.semantic import semantic_equal
+from tests.fixtures.apiserver import KubeApi
 
 pytestmark = pytest.mark.anyio
 
@@ -47,6 +49,7 @@ def manifest_for(name: str, namespace: str) -> dict[str, Any]:
     for key in _SERVER_META:
         manifest["metadata"].pop(key, None)
     manifest["metadata"]["namespace"] = namespace
+    assert isinstance(manifest, dict)
     return manifest
 
 
@@ -66,14 +69,16 @@ async def request(
 
 
 @pytest.fixture
-async def session(kube_api) -> Any:
+async def session(kube_api: KubeApi) -> AsyncIterator[aiohttp.ClientSession]:
     # kube_api.url needs no credentials on either server (a kubectl proxy in front of a real one).
     async with aiohttp.ClientSession(base_url=kube_api.url) as s:
         yield s
 
 
 @pytest.mark.parametrize("name", MANIFESTS)
-async def test_arc_manifest_is_accepted_and_reads_back_unchanged(session, namespace: str, name: str) -> None:
+async def test_arc_manifest_is_accepted_and_reads_back_unchanged(
+    session: aiohttp.ClientSession, namespace: str, name: str
+) -> None:
     manifest = manifest_for(name, namespace)
     status, created = await request(session, "POST", collection(manifest), manifest)
     assert status == 201, created
@@ -86,7 +91,9 @@ async def test_arc_manifest_is_accepted_and_reads_back_unchanged(session, namesp
     assert semantic_equal(tree["spec"], manifest["spec"])
 
 
-async def test_status_merge_patch_from_struct_lands_and_nulls_clear(session, namespace: str) -> None:
+async def test_status_merge_patch_from_struct_lands_and_nulls_clear(
+    session: aiohttp.ClientSession, namespace: str
+) -> None:
     manifest = manifest_for("ers.yaml", namespace)
     url = f"{collection(manifest)}/{manifest['metadata']['name']}"
     assert (await request(session, "POST", collection(manifest), manifest))[0] == 201
@@ -96,9 +103,11 @@ async def test_status_merge_patch_from_struct_lands_and_nulls_clear(session, nam
     code, patched = await request(session, "PATCH", f"{url}/status", body, "application/merge-patch+json")
     assert code == 200, patched
     ers = decode(EphemeralRunnerSet, patched)
+    assert ers.status is not None
     assert ers.status.finished_runner_cleanup_patch_id == 41
     assert ers.status.phase is EphemeralRunnerSetPhase.RUNNING
 
+    assert status is not None
     status.finished_runner_cleanup_patch_id = None  # "cleared when a revision is applied"
     status.applied_actionable_revision = 5
     code, patched = await request(
@@ -106,6 +115,7 @@ async def test_status_merge_patch_from_struct_lands_and_nulls_clear(session, nam
     )
     assert code == 200, patched
     ers = decode(EphemeralRunnerSet, patched)
+    assert ers.status is not None
     assert ers.status.finished_runner_cleanup_patch_id is None
     assert ers.status.applied_actionable_revision == 5
 
@@ -117,7 +127,9 @@ async def test_status_merge_patch_from_struct_lands_and_nulls_clear(session, nam
         (lambda m: m["spec"].__setitem__("maxRunners", "ten"), "spec.maxRunners"),
     ],
 )
-async def test_schema_violations_are_refused(session, namespace: str, mutate, field: str) -> None:
+async def test_schema_violations_are_refused(
+    session: aiohttp.ClientSession, namespace: str, mutate: Callable[[dict[str, Any]], object], field: str
+) -> None:
     manifest = manifest_for("ars-minimal.yaml", namespace)
     mutate(manifest)
     status, body = await request(session, "POST", collection(manifest), manifest)
@@ -125,7 +137,9 @@ async def test_schema_violations_are_refused(session, namespace: str, mutate, fi
     assert field in {cause.get("field") for cause in body["details"]["causes"]}
 
 
-async def test_unknown_spec_fields_are_pruned_but_templates_kept(session, namespace: str) -> None:
+async def test_unknown_spec_fields_are_pruned_but_templates_kept(
+    session: aiohttp.ClientSession, namespace: str
+) -> None:
     manifest = manifest_for("ars-minimal.yaml", namespace)
     manifest["spec"]["minRunner"] = 2  # a typo
     manifest["spec"]["template"]["spec"]["futurePodField"] = {"x": 1}

@@ -12,11 +12,11 @@ from services.embedded.demo.summary import JobTimes, RequestCount, percentile, s
     ("values", "p", "expected"),
     [([3.0], 50, 3.0), ([1.0, 2.0, 3.0, 4.0], 50, 2.0), ([1.0, 2.0, 3.0, 4.0], 99, 4.0), ([5.0, 1.0, 3.0], 50, 3.0)],
 )
-def test_nearest_rank_percentile(values, p, expected):
+def test_nearest_rank_percentile(values: list[float], p: int, expected: float) -> None:
     assert percentile(values, p) == expected
 
 
-def test_latencies_per_job_from_its_own_runner():
+def test_latencies_per_job_from_its_own_runner() -> None:
     jobs = [
         JobTimes("r1", queued=100.0, finished=110.0),  # warm runner: Running before the job → 0
         JobTimes("r2", queued=100.0, finished=112.0),  # waited 3 s for its runner
@@ -46,7 +46,7 @@ def test_latencies_per_job_from_its_own_runner():
     ]
 
 
-def test_no_counters_on_a_real_server_and_no_samples():
+def test_no_counters_on_a_real_server_and_no_samples() -> None:
     s = summarize([], {}, {}, None, runners_seen=0)
     assert s.lines()[1:] == [
         "  job queued -> runner Running:   n/a (no sample)",
@@ -55,7 +55,7 @@ def test_no_counters_on_a_real_server_and_no_samples():
     ]
 
 
-def test_tracker_records_first_running_and_removal():
+def test_tracker_records_first_running_and_removal() -> None:
     t = RunnerTracker(kube=None, path="")  # type: ignore[arg-type]
     t.observe([{"metadata": {"name": "a"}, "status": {"phase": "Pending"}}], 1.0)
     t.observe([{"metadata": {"name": "a"}, "status": {"phase": "Running"}}], 2.0)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from services.listener.__main__ import main
-from shared.listener_config import MAX_INT32, ConfigError, bus_settings, listen_enabled, parse_config, parse_listen_addr
+from shared.http import listen_enabled, parse_listen_addr
+from shared.listener_config import MAX_INT32, ConfigError, bus_settings, parse_config
 
 VALID = {
     "configure_url": "https://github.com/my-org",
@@ -29,7 +32,7 @@ def doc(**changes: object) -> bytes:
     return json.dumps({k: v for k, v in d.items() if v is not None}).encode()
 
 
-def test_valid_config_decodes_with_defaults():
+def test_valid_config_decodes_with_defaults() -> None:
     cfg = parse_config(doc())
     assert (cfg.min_runners, cfg.max_runners, cfg.runner_scale_set_id) == (1, 5, 7)
     bus = bus_settings(cfg, environ={})
@@ -38,19 +41,19 @@ def test_valid_config_decodes_with_defaults():
     assert bus.lease_ttl + bus.effective_renew_interval <= 15
 
 
-def test_config_file_overrides_the_bus_environment():
+def test_config_file_overrides_the_bus_environment() -> None:
     cfg = parse_config(doc(nats={"servers": ["nats://nats-a:4222", "nats://nats-b:4222"]}, ha={"lease_ttl_seconds": 4}))
     bus = bus_settings(cfg, environ={"RUNNERSCALE_NATS_URL": "nats://env:4222", "RUNNERSCALE_BUS_LEASE_TTL": "30"})
     assert bus.nats_urls == ("nats://nats-a:4222", "nats://nats-b:4222") and bus.lease_ttl == 4
     assert not cfg.uses_github_app
 
 
-def test_absent_max_runners_is_unbounded_like_arc():
+def test_absent_max_runners_is_unbounded_like_arc() -> None:
     cfg = parse_config(doc(max_runners=None))
     assert cfg.max_runners == MAX_INT32
 
 
-def test_github_app_credentials_are_accepted():
+def test_github_app_credentials_are_accepted() -> None:
     cfg = parse_config(
         doc(github_token=None, github_app_id="Iv1.abc", github_app_installation_id=42, github_app_private_key=PEM)
     )
@@ -86,18 +89,18 @@ def test_github_app_credentials_are_accepted():
         ({"max_runnres": 3}, "max_runnres"),
     ],
 )
-def test_invalid_field_is_named(changes, field):
+def test_invalid_field_is_named(changes: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(doc(**changes))
     assert str(info.value).startswith(field), str(info.value)
 
 
-def test_not_json_is_a_config_error():
+def test_not_json_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not valid JSON"):
         parse_config(b"{nope")
 
 
-def test_error_never_echoes_the_token():
+def test_error_never_echoes_the_token() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(doc(github_app_id=5))
     assert "ghp_exampletoken123" not in str(info.value)
@@ -106,7 +109,7 @@ def test_error_never_echoes_the_token():
 @pytest.mark.parametrize(
     ("addr", "want"), [(":8080", ("0.0.0.0", 8080)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:9", ("::1", 9))]
 )
-def test_listen_addr(addr, want):
+def test_listen_addr(addr: str, want: tuple[str, int]) -> None:
     assert parse_listen_addr(addr) == want
 
 
@@ -120,17 +123,19 @@ def test_listen_addr(addr, want):
         ("127.0.0.1:9100", "[::1]:9101", (True, True)),
     ],
 )
-def test_listen_addresses_accept_port_zero_and_zero_or_empty_to_disable(metrics_addr, health_addr, enabled):
+def test_listen_addresses_accept_port_zero_and_zero_or_empty_to_disable(
+    metrics_addr: str, health_addr: str, enabled: tuple[bool, bool]
+) -> None:
     cfg = parse_config(doc(metrics_addr=metrics_addr, health_addr=health_addr))
     assert (listen_enabled(cfg.metrics_addr), listen_enabled(cfg.health_addr)) == enabled
 
 
-def test_defaults_stay_arc_ports():
+def test_defaults_stay_arc_ports() -> None:
     cfg = parse_config(doc())
     assert (cfg.metrics_addr, cfg.health_addr) == (":8080", ":8081")
 
 
-def test_cli_invalid_file_exits_nonzero_with_one_line(tmp_path, capsys):
+def test_cli_invalid_file_exits_nonzero_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "config.json"
     path.write_bytes(doc(min_runners=9))
     assert main(["--config", str(path)]) == 2
@@ -138,6 +143,6 @@ def test_cli_invalid_file_exits_nonzero_with_one_line(tmp_path, capsys):
     assert len(err) == 1 and "min_runners" in err[0] and "Traceback" not in err[0]
 
 
-def test_cli_missing_file_exits_nonzero(tmp_path, capsys):
+def test_cli_missing_file_exits_nonzero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--config", str(tmp_path / "absent.json")]) == 2
     assert "cannot read config file" in capsys.readouterr().err

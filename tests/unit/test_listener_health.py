@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from services.listener.health import HealthState, Role, verdict
 from services.listener.metrics import ListenerMetrics, seconds_between
@@ -18,32 +19,32 @@ def state(role: Role, *, session: str = "", progress: float | None, polled: floa
     return s
 
 
-def test_leader_with_session_and_recent_poll_is_live_and_ready():
+def test_leader_with_session_and_recent_poll_is_live_and_ready() -> None:
     v = verdict(state(Role.LEADER, session="s1", progress=100, polled=100), now=110, staleness=STALE)
     assert (v.live, v.ready) == (True, True)
 
 
-def test_standby_is_live_but_not_ready():
+def test_standby_is_live_but_not_ready() -> None:
     v = verdict(state(Role.STANDBY, progress=100, polled=None), now=110, staleness=STALE)
     assert (v.live, v.ready, v.reason) == (True, False, "standby")
 
 
-def test_leader_without_recent_poll_is_not_ready():
+def test_leader_without_recent_poll_is_not_ready() -> None:
     v = verdict(state(Role.LEADER, session="s1", progress=150, polled=10), now=160, staleness=STALE)
     assert (v.live, v.ready) == (True, False)
 
 
-def test_leader_without_session_is_not_ready():
+def test_leader_without_session_is_not_ready() -> None:
     v = verdict(state(Role.LEADER, progress=150, polled=150), now=160, staleness=STALE)
     assert (v.live, v.ready) == (True, False)
 
 
-def test_wedged_loop_fails_liveness():
+def test_wedged_loop_fails_liveness() -> None:
     v = verdict(state(Role.LEADER, session="s1", progress=10, polled=10), now=200, staleness=STALE)
     assert (v.live, v.ready) == (False, False)
 
 
-def test_never_progressed_counts_from_start():
+def test_never_progressed_counts_from_start() -> None:
     s = HealthState()
     s.started = 0.0
     assert verdict(s, now=30, staleness=STALE).live
@@ -61,7 +62,7 @@ def sample(m: ListenerMetrics, metric_name: str, /, **labels: str) -> float | No
     return m.registry.get_sample_value(metric_name, labels)
 
 
-def test_metrics_use_arc_names_and_labels():
+def test_metrics_use_arc_names_and_labels() -> None:
     m = ListenerMetrics(name="arc", namespace="ns", organization="octo-org")
     m.record_static(min_runners=1, max_runners=5)
     m.record_statistics(ScaleSetStatistics(total_assigned_jobs=3, total_running_jobs=2, total_registered_runners=4,
@@ -76,7 +77,7 @@ def test_metrics_use_arc_names_and_labels():
     ]:  # fmt: skip
         assert sample(m, metric, **ss) == want, metric
 
-    job = dict(owner_name="octo-org", repository_name="octo-repo", job_display_name="build", event_name="push",
+    job: dict[str, Any] = dict(owner_name="octo-org", repository_name="octo-repo", job_display_name="build", event_name="push",
                queue_time=at(0), scale_set_assign_time=at(4), runner_assign_time=at(10))  # fmt: skip
     m.record_job_assigned(JobAssigned(**job), received_at=at(5))
     m.record_job_started(JobStarted(runner_name="r1", **job))
@@ -97,7 +98,7 @@ def test_metrics_use_arc_names_and_labels():
     assert "gha_started_jobs_total{" in text and "gha_job_startup_duration_seconds_bucket{" in text
 
 
-def test_canceled_before_a_runner_counts_but_has_no_execution_time():
+def test_canceled_before_a_runner_counts_but_has_no_execution_time() -> None:
     m = ListenerMetrics(name="arc", namespace="ns")
     m.record_job_completed(JobCompleted(result="canceled", owner_name="o", repository_name="r"))
     labels = {
@@ -112,7 +113,7 @@ def test_canceled_before_a_runner_counts_but_has_no_execution_time():
     assert sample(m, "gha_job_execution_duration_seconds_count", **labels) is None
 
 
-def test_seconds_between_ignores_unset_and_negative():
+def test_seconds_between_ignores_unset_and_negative() -> None:
     assert seconds_between(None, at(1)) is None
     assert seconds_between(at(5), at(1)) is None
     assert seconds_between(at(1), at(3.5)) == 2.5

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from services.listener.loop import Identity, plan_effects
@@ -20,7 +22,7 @@ IDENT = Identity(
 )
 
 
-def message(message_id: int, events: list[dict], assigned: int) -> bytes:
+def message(message_id: int, events: list[dict[str, Any]], assigned: int) -> bytes:
     return msgspec.json.encode(
         {
             "messageId": message_id,
@@ -37,7 +39,7 @@ STARTED = {"messageType": "JobStarted", "runnerName": "arc-r1", "runnerId": 11, 
 COMPLETED = {"messageType": "JobCompleted", "runnerName": "arc-r1", "runnerId": 11, "result": "succeeded", **JOB}
 
 
-def test_events_dedupe_and_acquire_ids():
+def test_events_dedupe_and_acquire_ids() -> None:
     events = [
         STARTED, STARTED, COMPLETED,
         {"messageType": "JobAvailable", "runnerRequestId": 5, **JOB},
@@ -56,7 +58,7 @@ def test_events_dedupe_and_acquire_ids():
     )
 
 
-def test_effects_carry_job_facts_epoch_and_a_fresh_patch():
+def test_effects_carry_job_facts_epoch_and_a_fresh_patch() -> None:
     plan = plan_message(
         decode_message(message(100, [STARTED, COMPLETED], 2)), newest_seen_id=0, latest_statistics=ScaleSetStatistics()
     )
@@ -78,7 +80,7 @@ def test_effects_carry_job_facts_epoch_and_a_fresh_patch():
     assert (scaler.patch_seq, scaler.dirty, decision.replicas) == (4, False, 3)
 
 
-def test_stale_message_scales_on_the_newer_statistics():
+def test_stale_message_scales_on_the_newer_statistics() -> None:
     newer = decode_message(message(200, [], 3))
     older = decode_message(message(150, [STARTED], 1))
     plan = plan_message(older, newest_seen_id=200, latest_statistics=newer.statistics)

@@ -3,14 +3,19 @@ session loop re-publishes the last good level, then acknowledges it (or, without
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import msgspec
 import pytest
 
 from services.listener.health import HealthState
 from services.listener.loop import Identity, SessionLoop
 from services.listener.metrics import ListenerMetrics
+from shared.actions import MessageSessionClient
 from shared.actions.messages import MessageDecodeError, decode_message
 from shared.actions.models import ScaleSetStatistics
+from shared.bus import BusMessage
 from shared.bus import messages as bus
 
 pytestmark = pytest.mark.anyio
@@ -18,7 +23,7 @@ pytestmark = pytest.mark.anyio
 STATS = {"totalAssignedJobs": 9}
 
 
-def envelope(**fields) -> bytes:
+def envelope(**fields: object) -> bytes:
     return msgspec.json.encode(
         {"messageId": 41, "messageType": "RunnerScaleSetJobMessages", "body": "", "statistics": STATS, **fields}
     )
@@ -55,8 +60,8 @@ class FakeSession:
         self.calls.append(("delete", message_id))
 
 
-def make_loop(session: FakeSession, published: list) -> SessionLoop:
-    async def publish(messages) -> None:
+def make_loop(session: FakeSession, published: list[BusMessage]) -> SessionLoop:
+    async def publish(messages: Sequence[BusMessage]) -> None:
         session.calls.append(("publish", len(messages)))
         published.extend(messages)
 
@@ -64,7 +69,8 @@ def make_loop(session: FakeSession, published: list) -> SessionLoop:
         scale_set_id=7, scale_set=bus.ResourceRef(namespace="ns", name="set"), ers=bus.ResourceRef(namespace="ns", name="set"),
         min_runners=1, max_runners=10,
     )  # fmt: skip
-    loop = SessionLoop(ident=ident, session_client=session, publish=publish, metrics=ListenerMetrics(name="set", namespace="ns"),
+    client = cast(MessageSessionClient, session)  # a double of the one method reject() calls
+    loop = SessionLoop(ident=ident, session_client=client, publish=publish, metrics=ListenerMetrics(name="set", namespace="ns"),
                        health=HealthState(), epoch=3)  # fmt: skip
     loop.latest_statistics = ScaleSetStatistics(total_assigned_jobs=2)
     return loop
@@ -83,7 +89,7 @@ def rejected(loop: SessionLoop, reason: str) -> float | None:
 
 
 async def test_reject_publishes_the_last_good_level_then_acknowledges() -> None:
-    session, published = FakeSession(), []
+    session, published = FakeSession(), list[BusMessage]()
     loop = make_loop(session, published)
     error = MessageDecodeError(
         "message 41: body is not a JSON array", message_id=41, message_type="RunnerScaleSetJobMessages"
@@ -91,14 +97,18 @@ async def test_reject_publishes_the_last_good_level_then_acknowledges() -> None:
     await loop.reject(error)
     await loop.reject(error)  # delivered again (e.g. the ack was lost): counted once
     assert session.calls == [("publish", 1), ("delete", 41), ("publish", 1), ("delete", 41)]
-    assert [(d.replicas, d.statistics.total_assigned_jobs) for d in published] == [(3, 2), (3, 2)]
+    assert all(isinstance(d, bus.DesiredState) for d in published)
+    assert [(d.replicas, d.statistics.total_assigned_jobs) for d in published if isinstance(d, bus.DesiredState)] == [
+        (3, 2),
+        (3, 2),
+    ]
     assert loop.last_message_id == 41
     assert rejected(loop, "malformed_body") == 1
     assert loop.health.last_poll_ok is not None
 
 
 async def test_reject_without_an_id_cannot_acknowledge_and_propagates() -> None:
-    session, published = FakeSession(), []
+    session, published = FakeSession(), list[BusMessage]()
     loop = make_loop(session, published)
     with pytest.raises(MessageDecodeError):
         await loop.reject(MessageDecodeError("message envelope is invalid", reason="malformed_envelope"))

@@ -53,7 +53,9 @@ ARC_TABLE = [
 @pytest.mark.parametrize(
     ("min_runners", "max_runners", "steps", "expected"), [r[1:] for r in ARC_TABLE], ids=[r[0] for r in ARC_TABLE]
 )
-def test_patch_sequence_matches_arc_scaler(min_runners, max_runners, steps, expected):
+def test_patch_sequence_matches_arc_scaler(
+    min_runners: int, max_runners: int, steps: list[tuple[bool, int]], expected: list[tuple[int, int, int]]
+) -> None:
     state = ScalerState()
     for (dirty, assigned), (want_patch, want_target, want_seq) in zip(steps, expected, strict=True):
         if dirty:
@@ -63,7 +65,7 @@ def test_patch_sequence_matches_arc_scaler(min_runners, max_runners, steps, expe
         assert state.dirty is False
 
 
-def test_sequence_wraps_after_int32_max_and_skips_zero():
+def test_sequence_wraps_after_int32_max_and_skips_zero() -> None:
     state = ScalerState(target=3, patch_seq=MAX_PATCH_ID - 2, dirty=False)
     ids = []
     for _ in range(4):
@@ -73,13 +75,13 @@ def test_sequence_wraps_after_int32_max_and_skips_zero():
     assert next_patch_seq(MAX_PATCH_ID) == 1
 
 
-def test_idle_after_wrap_still_collapses_to_zero():
+def test_idle_after_wrap_still_collapses_to_zero() -> None:
     state = ScalerState(target=0, patch_seq=MAX_PATCH_ID, dirty=False)
     state, decision = decide(state, min_runners=0, max_runners=10, assigned_jobs=0)
     assert (decision.patch_id, state.patch_seq) == (0, 1)
 
 
-def test_restart_begins_again_at_patch_zero():
+def test_restart_begins_again_at_patch_zero() -> None:
     # A new incarnation starts from a fresh state: its first decision is authoritative.
     _, decision = decide(ScalerState(), min_runners=2, max_runners=10, assigned_jobs=5)
     assert (decision.patch_id, decision.replicas) == (0, 7)
@@ -89,11 +91,13 @@ def test_restart_begins_again_at_patch_zero():
     ("min_runners", "max_runners", "assigned", "want"),
     [(0, UNBOUNDED, 7, 7), (2, 10, 3, 5), (2, 10, 30, 10), (0, 0, 4, 0), (3, 3, 0, 3), (1, 5, -2, 1)],
 )
-def test_desired_runners_is_min_plus_assigned_capped_at_max(min_runners, max_runners, assigned, want):
+def test_desired_runners_is_min_plus_assigned_capped_at_max(
+    min_runners: int, max_runners: int, assigned: int, want: int
+) -> None:
     assert desired_runners(min_runners=min_runners, max_runners=max_runners, assigned_jobs=assigned) == want
 
 
-def test_older_message_is_stale():
+def test_older_message_is_stale() -> None:
     assert is_stale_message(newest_seen_id=100000005, message_id=100000004)
     assert not is_stale_message(newest_seen_id=100000005, message_id=100000005)
     assert not is_stale_message(newest_seen_id=0, message_id=100000001)

@@ -5,13 +5,13 @@ import logging
 from shared.log import configure_logging, get_logger, register_secret
 
 
-def _capture():
+def _capture() -> io.StringIO:
     buf = io.StringIO()
     configure_logging("debug", stream=buf)
     return buf
 
 
-def test_log_line_is_json_with_resource_keys():
+def test_log_line_is_json_with_resource_keys() -> None:
     buf = _capture()
     get_logger("t").info("created runner", namespace="ns", name="r-1")
     doc = json.loads(buf.getvalue().strip().splitlines()[-1])
@@ -19,7 +19,7 @@ def test_log_line_is_json_with_resource_keys():
     assert doc["level"] == "info" and doc["logger"] == "t"
 
 
-def test_secret_fields_and_registered_values_are_redacted():
+def test_secret_fields_and_registered_values_are_redacted() -> None:
     buf = _capture()
     register_secret("ghs_supersecretvalue")
     log = get_logger("t").bind(admin_token="abc123456")
@@ -30,7 +30,7 @@ def test_secret_fields_and_registered_values_are_redacted():
     assert doc["runner_name"] == "r" and doc["admin_token"] == "[redacted]"
 
 
-def test_exception_is_one_line_without_secret():
+def test_exception_is_one_line_without_secret() -> None:
     buf = _capture()
     register_secret("Bearer-zzz-secret")
     try:

@@ -1,10 +1,12 @@
 import nats
 import pytest
 
+from tests.fixtures.nats import NatsServer
+
 pytestmark = pytest.mark.anyio
 
 
-async def test_nats_server_fixture_serves_jetstream(nats_server):
+async def test_nats_server_fixture_serves_jetstream(nats_server: NatsServer) -> None:
     nc = await nats.connect(nats_server.url, connect_timeout=5)
     try:
         js = nc.jetstream()

@@ -18,7 +18,7 @@ def _entries() -> dict[str, list[str]]:
     return out
 
 
-def test_procfile_lists_every_embedded_process():
+def test_procfile_lists_every_embedded_process() -> None:
     assert set(_entries()) == {
         "nats",
         "apiserver",
@@ -31,13 +31,13 @@ def test_procfile_lists_every_embedded_process():
     }
 
 
-def test_procfile_commands_are_registered_subcommands():
+def test_procfile_commands_are_registered_subcommands() -> None:
     for name, argv in _entries().items():
         if argv[0] == "runnerscale":
             assert argv[1] in SUBCOMMANDS, f"{name}: unknown subcommand {argv[1]}"
 
 
-def test_procfile_listens_on_loopback_only():
+def test_procfile_listens_on_loopback_only() -> None:
     """A development machine's workers serve /metrics and probes on 127.0.0.1, never on every
     interface (issue 11); nats-server is bound with -a 127.0.0.1."""
     for name, argv in _entries().items():
@@ -48,7 +48,7 @@ def test_procfile_listens_on_loopback_only():
             assert argv[argv.index("-a") + 1] == "127.0.0.1"
 
 
-def test_procfile_bus_is_authenticated_one_user_per_worker():
+def test_procfile_bus_is_authenticated_one_user_per_worker() -> None:
     """nats-server reads the users of `runnerscale bus local-credentials`; each worker connects as
     its own user with its password file (README "Authentication and permissions")."""
     entries = _entries()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ from shared.quantity import QuantityError, is_quantity, parse_quantity, quantiti
         (0.1, Fraction(1, 10)),  # the decimal a user wrote, not the binary float
     ],
 )
-def test_valid_quantities(text, value) -> None:
+def test_valid_quantities(text: str | int | float, value: int | Fraction) -> None:
     assert parse_quantity(text) == value
     assert isinstance(parse_quantity(text), Fraction)
 
@@ -80,7 +81,7 @@ def test_invalid_quantities_name_the_text(text: str) -> None:
 
 
 @pytest.mark.parametrize("value", [True, False, None, [], {}, float("nan"), float("inf")])
-def test_non_quantity_types(value) -> None:
+def test_non_quantity_types(value: Any) -> None:  # deliberately outside parse_quantity's signature
     with pytest.raises(QuantityError):
         parse_quantity(value)
 

@@ -10,17 +10,17 @@ from shared.cli import SUBCOMMANDS
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
-def test_first_screen_shows_the_two_commands():
+def test_first_screen_shows_the_two_commands() -> None:
     first_screen = "\n".join(README.splitlines()[:30])
     assert "make demo" in first_screen and "make test" in first_screen
 
 
-def test_every_subcommand_is_documented():
+def test_every_subcommand_is_documented() -> None:
     missing = [name for name in SUBCOMMANDS if f"runnerscale {name}" not in README and f"`{name}`" not in README]
     assert not missing, missing
 
 
-def test_every_stream_consumer_and_bucket_is_documented_with_a_nats_command():
+def test_every_stream_consumer_and_bucket_is_documented_with_a_nats_command() -> None:
     for stream in subjects.STREAMS:
         assert stream.name in README, stream.name
     for consumer in subjects.CONSUMERS:
@@ -31,12 +31,12 @@ def test_every_stream_consumer_and_bucket_is_documented_with_a_nats_command():
     assert "nats stream view" in README and "nats sub " in README
 
 
-def test_simulator_control_api_is_documented():
+def test_simulator_control_api_is_documented() -> None:
     for path in ("/_sim/jobs", "/_sim/faults", "/_sim/runners", "/_sim/sessions", "/_sim/reset"):
         assert path in README, path
 
 
-def test_every_worker_flag_and_environment_variable_is_documented():
+def test_every_worker_flag_and_environment_variable_is_documented() -> None:
     from services.listener_pod.worker import WORKER as LISTENER_POD
     from services.runner.worker import WORKER as RUNNER
     from services.runner_set.worker import WORKER as RUNNER_SET
@@ -53,7 +53,7 @@ def test_every_worker_flag_and_environment_variable_is_documented():
     assert not missing, missing
 
 
-def test_readme_references_in_code_name_existing_sections():
+def test_readme_references_in_code_name_existing_sections() -> None:
     root = Path(__file__).resolve().parents[2]
     headings = {m.group(1).strip() for m in re.finditer(r"^#{2,4} (.+)$", README, re.M)}
     broken = []
@@ -65,7 +65,7 @@ def test_readme_references_in_code_name_existing_sections():
     assert not broken, broken
 
 
-def test_every_reconcile_outcome_is_documented():
+def test_every_reconcile_outcome_is_documented() -> None:
     from shared.kube import Outcome
 
     for outcome in Outcome:

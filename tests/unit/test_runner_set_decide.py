@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from typing import Any
 
 import msgspec
 import pytest
@@ -26,7 +27,15 @@ T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 
 
 def ers(
-    *, replicas=0, patch_id=0, revision=0, applied=0, marker=None, annotations=None, labels=None, phase="Running"
+    *,
+    replicas: int = 0,
+    patch_id: int = 0,
+    revision: int = 0,
+    applied: int = 0,
+    marker: int | None = None,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    phase: str = "Running",
 ) -> EphemeralRunnerSet:
     return decode(
         EphemeralRunnerSet,
@@ -60,7 +69,16 @@ def ers(
 _names = itertools.count(1)  # unique names and uids across a module's runners
 
 
-def er(phase="", *, runner_id=0, job="", patch=None, revision=None, age=0, deleting=False) -> EphemeralRunner:
+def er(
+    phase: str = "",
+    *,
+    runner_id: int = 0,
+    job: str = "",
+    patch: int | None = None,
+    revision: int | None = None,
+    age: int = 0,
+    deleting: bool = False,
+) -> EphemeralRunner:
     n = next(_names)
     ann = {}
     if patch is not None:
@@ -97,14 +115,14 @@ def er(phase="", *, runner_id=0, job="", patch=None, revision=None, age=0, delet
     )
 
 
-def plan_for(s, runners):
+def plan_for(s: EphemeralRunnerSet, runners: list[EphemeralRunner]) -> decide.Plan:
     return decide.plan(s, decide.bucket_runners(runners))
 
 
 # --- buckets -------------------------------------------------------------------------------------
 
 
-def test_buckets_and_totals():
+def test_buckets_and_totals() -> None:
     runners = [
         er(""),
         er("Pending"),
@@ -129,7 +147,7 @@ def test_buckets_and_totals():
     assert b.latest_patch_id == 9  # deleting runners included
 
 
-def test_unparsable_patch_id_is_ignored():
+def test_unparsable_patch_id_is_ignored() -> None:
     r = er()
     r.metadata.annotations[ANNOTATION_PATCH_ID] = "x"
     assert decide.bucket_runners([r, er(patch=2)]).latest_patch_id == 2
@@ -138,12 +156,12 @@ def test_unparsable_patch_id_is_ignored():
 # --- patch-ID protocol -----------------------------------------------------------------------------
 
 
-def test_patch_zero_is_authoritative_up():
+def test_patch_zero_is_authoritative_up() -> None:
     p = plan_for(ers(replicas=5, patch_id=0), [])
     assert p.create == 5 and p.reason == "scale-up"
 
 
-def test_patch_zero_is_authoritative_down_oldest_pending_first_never_busy_or_unregistered():
+def test_patch_zero_is_authoritative_down_oldest_pending_first_never_busy_or_unregistered() -> None:
     runners = [
         er("Running", runner_id=1, age=0),
         er("Pending", runner_id=2, age=5),
@@ -156,7 +174,7 @@ def test_patch_zero_is_authoritative_down_oldest_pending_first_never_busy_or_unr
     assert [decide.runner_id(r) for r in p.remove] == [4, 2, 1]  # pending oldest first, then running
 
 
-def test_new_patch_scales_up_only():
+def test_new_patch_scales_up_only() -> None:
     runners = [er("Running", runner_id=i, patch=1) for i in (1, 2, 3)]
     p = plan_for(ers(replicas=1, patch_id=2), runners)
     assert p.create == 0 and p.remove_count == 0
@@ -164,31 +182,32 @@ def test_new_patch_scales_up_only():
     assert p.create == 2
 
 
-def test_same_patch_is_status_only():
+def test_same_patch_is_status_only() -> None:
     runners = [er("Running", runner_id=1, patch=4), er("Succeeded", patch=4)]
     p = plan_for(ers(replicas=3, patch_id=4), runners)
     assert p.reason == "patch-already-applied" and p.create == 0 and not p.delete
     # ARC "keep finished runners until patch id changes": the finished one stays.
 
 
-def test_deleting_runners_count_toward_scale_up():
+def test_deleting_runners_count_toward_scale_up() -> None:
     runners = [er("Running", runner_id=1, deleting=True), er("Running", runner_id=2)]
     assert plan_for(ers(replicas=2, patch_id=0), runners).create == 0
     assert plan_for(ers(replicas=3, patch_id=0), runners).create == 1
 
 
-def test_failed_runners_occupy_replicas():
+def test_failed_runners_occupy_replicas() -> None:
     assert plan_for(ers(replicas=2, patch_id=0), [er("Failed"), er("Running", runner_id=1)]).create == 0
 
 
 # --- finished-runner cleanup ----------------------------------------------------
 
 
-def test_finished_runners_reaped_and_marker_recorded_then_no_replacement():
+def test_finished_runners_reaped_and_marker_recorded_then_no_replacement() -> None:
     s = ers(replicas=2, patch_id=2)
     done, busy = er("Succeeded", patch=1), er("Running", runner_id=1, job="j", patch=1)
     p = plan_for(s, [done, busy])
     assert p.reason == "finished-cleanup" and p.delete == [done]
+    assert p.status is not None
     assert p.status["finishedRunnerCleanupPatchID"] == 2
     assert p.create == 0  # the decision is made on the next reconcile, on post-cleanup data
     # next reconcile: the finished runner is gone, the marker equals the patch → suppressed
@@ -198,26 +217,27 @@ def test_finished_runners_reaped_and_marker_recorded_then_no_replacement():
     assert plan_for(ers(replicas=2, patch_id=3, marker=2), [busy]).create == 1
 
 
-def test_finished_cleanup_reaped_once_per_patch():
+def test_finished_cleanup_reaped_once_per_patch() -> None:
     # marker already recorded for this patch: no status change needed, only the delete
     p = plan_for(ers(replicas=2, patch_id=2, marker=2), [er("Succeeded", patch=1)])
     assert p.reason == "finished-cleanup"
     assert not p.status or "finishedRunnerCleanupPatchID" not in p.status
 
 
-def test_marker_follows_patch_id_down():
+def test_marker_follows_patch_id_down() -> None:
     """Seed 003: patch IDs reset (listener restart) and wrap; a `>=` guard would be a bug."""
     assert decide.next_cleanup_marker(7, 3) == 3
     assert decide.next_cleanup_marker(None, 0) == 0
     assert decide.next_cleanup_marker(5, 5) is None
     p = plan_for(ers(replicas=2, patch_id=3, marker=7), [er("Succeeded", patch=8)])
+    assert p.status is not None
     assert p.status["finishedRunnerCleanupPatchID"] == 3
     # and the suppression then fires at the lower patch ID
     assert decide.scale_up_suppressed(3, 3)
     assert plan_for(ers(replicas=2, patch_id=3, marker=3), [er("Running", runner_id=1, patch=8)]).create == 0
 
 
-def test_patch_zero_never_suppressed():
+def test_patch_zero_never_suppressed() -> None:
     assert not decide.scale_up_suppressed(0, 0)
     assert plan_for(ers(replicas=2, patch_id=0, marker=0), []).create == 2
 
@@ -225,7 +245,7 @@ def test_patch_zero_never_suppressed():
 # --- revision rollout (seeds 001, 002) ------------------------------------------------------------
 
 
-def test_rollout_removes_idle_and_pending_of_old_revision_keeps_busy():
+def test_rollout_removes_idle_and_pending_of_old_revision_keeps_busy() -> None:
     idle = er("Running", runner_id=1, revision=1)
     pending = er("Pending", runner_id=0, revision=1)
     busy = er("Running", runner_id=2, job="j", revision=1)
@@ -238,47 +258,50 @@ def test_rollout_removes_idle_and_pending_of_old_revision_keeps_busy():
     assert p.status is None and p.publish_applied is None  # not advanced before the cleanup is done
 
 
-def test_rollout_advances_only_when_old_idle_gone_clears_marker_and_publishes():
+def test_rollout_advances_only_when_old_idle_gone_clears_marker_and_publishes() -> None:
     busy = er("Running", runner_id=2, job="j", revision=1)
     gone = er("Running", runner_id=1, revision=1, deleting=True)
     p = plan_for(ers(replicas=3, revision=2, applied=1, marker=5), [busy, gone])
     assert p.reason == "revision-applied"
+    assert p.status is not None
     assert p.status["appliedActionableRevision"] == 2
     assert p.status["finishedRunnerCleanupPatchID"] is None
     assert p.publish_applied == 2
 
 
-def test_applied_revision_never_goes_backwards():
+def test_applied_revision_never_goes_backwards() -> None:
     p = plan_for(ers(replicas=0, revision=1, applied=3), [])
     assert p.status is None or "appliedActionableRevision" not in p.status
 
 
-def test_legacy_runners_without_annotation_count_as_revision_zero():
+def test_legacy_runners_without_annotation_count_as_revision_zero() -> None:
     p = plan_for(ers(replicas=1, revision=1, applied=0), [er("Running", runner_id=1)])
     assert p.reason == "revision-cleanup"
 
 
-def test_stale_outdated_deleted_current_outdated_holds_phase():
+def test_stale_outdated_deleted_current_outdated_holds_phase() -> None:
     stale = er("Outdated", revision=1)
     p = plan_for(ers(replicas=2, revision=2, applied=2), [stale, er("Running", runner_id=1, revision=2)])
     assert p.reason == "stale-outdated" and p.delete == [stale]
     current = er("Outdated", revision=2)
     p = plan_for(ers(replicas=2, revision=2, applied=2), [current])
     assert p.reason == "outdated-hold" and p.create == 0 and not p.delete
+    assert p.status is not None
     assert p.status["phase"] == "Outdated"
 
 
-def test_phase_recomputed_both_ways_when_revision_applied():
+def test_phase_recomputed_both_ways_when_revision_applied() -> None:
     # an Outdated runner of the old revision no longer holds the phase once revision 2 applies
     s = ers(replicas=0, revision=2, applied=1, phase="Outdated")
     p = plan_for(s, [er("Outdated", revision=1, deleting=True)])
+    assert p.status is not None
     assert p.reason == "revision-applied" and p.status["phase"] == "Running"
 
 
 # --- desired state ordering -------------------------------------------------------------------------
 
 
-def ds(epoch, t, *, patch=1, replicas=2) -> DesiredState:
+def ds(epoch: int, t: float, *, patch: int = 1, replicas: int = 2) -> DesiredState:
     return DesiredState(
         scale_set_id=1,
         ers=ResourceRef("ns", "set"),
@@ -289,13 +312,14 @@ def ds(epoch, t, *, patch=1, replicas=2) -> DesiredState:
     )
 
 
-def applied_ann(epoch, t, patch=0, replicas=0):
+def applied_ann(epoch: int, t: float, patch: int = 0, replicas: int = 0) -> dict[str, str]:
     rec = decide.AppliedDesired(epoch=epoch, time=T0 + dt.timedelta(seconds=t), patch_id=patch, replicas=replicas)
     return {decide.ANNOTATION_APPLIED_DESIRED_STATE: msgspec.json.encode(rec).decode()}
 
 
-def test_desired_patch_applies_and_records_epoch():
+def test_desired_patch_applies_and_records_epoch() -> None:
     patch = decide.desired_patch(ers(), ds(5, 10, patch=3, replicas=4))
+    assert patch is not None
     assert patch["spec"] == {"replicas": 4, "patchID": 3}
     rec = msgspec.json.decode(
         patch["metadata"]["annotations"][decide.ANNOTATION_APPLIED_DESIRED_STATE], type=decide.AppliedDesired
@@ -303,7 +327,7 @@ def test_desired_patch_applies_and_records_epoch():
     assert rec.epoch == 5 and rec.patch_id == 3
 
 
-def test_older_epoch_never_overrides_newer():
+def test_older_epoch_never_overrides_newer() -> None:
     s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10))
     assert decide.desired_patch(s, ds(4, 20)) is None  # deposed leader, even if later
     assert decide.desired_patch(s, ds(6, 0)) is not None  # new leader, even with an earlier clock
@@ -311,20 +335,20 @@ def test_older_epoch_never_overrides_newer():
     assert decide.desired_patch(s, ds(5, 11, patch=4)) is not None  # same epoch: latest wins
 
 
-def test_epoch_reset_heals_after_grace():
+def test_epoch_reset_heals_after_grace() -> None:
     s = ers(annotations=applied_ann(50, 0))
     assert decide.desired_patch(s, ds(2, 60)) is None
     assert decide.desired_patch(s, ds(2, 300)) is not None
 
 
-def test_same_message_is_noop_and_garbled_record_is_no_record():
+def test_same_message_is_noop_and_garbled_record_is_no_record() -> None:
     msg = ds(5, 10, patch=3, replicas=4)
     s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10, patch=3, replicas=4))
     assert decide.desired_patch(s, msg) is None
     assert decide.desired_patch(ers(annotations={decide.ANNOTATION_APPLIED_DESIRED_STATE: "{garbage"}), msg) is not None
 
 
-def test_newer_desired_and_problems():
+def test_newer_desired_and_problems() -> None:
     a, b = ds(1, 50), ds(2, 0)
     assert decide.newer_desired(a, b) is b and decide.newer_desired(b, a) is b
     assert decide.newer_desired(None, a) is a
@@ -335,7 +359,7 @@ def test_newer_desired_and_problems():
 # --- the runner object ------------------------------------------------------------------------------
 
 
-def test_new_runner_carries_annotations_owner_labels_finalizers():
+def test_new_runner_carries_annotations_owner_labels_finalizers() -> None:
     s = ers(
         replicas=1,
         patch_id=7,
@@ -358,7 +382,7 @@ def test_new_runner_carries_annotations_owner_labels_finalizers():
     decode(EphemeralRunner, {**body, "metadata": {**meta, "name": "x"}})  # a valid object
 
 
-def test_deletion_plan():
+def test_deletion_plan() -> None:
     assert decide.plan_deletion(decide.bucket_runners([])).remove_finalizer
     busy = er("Running", runner_id=1, job="j")
     idle = er("Running", runner_id=2)
@@ -367,18 +391,19 @@ def test_deletion_plan():
     assert not dp.remove_finalizer and dp.delete == [fin] and dp.remove == [idle]
 
 
-def test_status_diff_only_when_different():
+def test_status_diff_only_when_different() -> None:
     s = ers(replicas=1)
     b = decide.bucket_runners([er("Running", runner_id=1)])
     wanted = decide.desired_status(s, b, 0)
     diff = decide.status_diff(s.status, wanted)
     assert diff == {"currentReplicas": 1, "runningEphemeralRunners": 1}
+    assert s.status is not None
     s.status.current_replicas = 1
     s.status.running_ephemeral_runners = 1
     assert decide.status_diff(s.status, wanted) is None
 
 
-def test_proxy_secret_data_is_arcs_to_secret_data():
+def test_proxy_secret_data_is_arcs_to_secret_data() -> None:
     from shared.api import ProxyConfig, ProxyServerConfig
 
     proxy = ProxyConfig(
@@ -395,7 +420,7 @@ def test_proxy_secret_data_is_arcs_to_secret_data():
     assert "proxySecretRef" not in decide.new_runner(s)["spec"]
 
 
-def test_a_later_identical_message_writes_nothing():
+def test_a_later_identical_message_writes_nothing() -> None:
     """The listener republishes its desired state every poll: only a change of epoch, patch ID or
     replicas writes the ERS (not a fresh time)."""
     s = ers(replicas=4, patch_id=3, annotations=applied_ann(5, 10, patch=3, replicas=4))
@@ -413,7 +438,14 @@ def test_a_later_identical_message_writes_nothing():
 # --- finished runners the listener has / has not accounted for (issue #14) -----------------------
 
 
-def _finished(*, completed_at=None, epoch=4, finished_at=T0, patch=1, legacy_mark=False):
+def _finished(
+    *,
+    completed_at: dt.datetime | None = None,
+    epoch: int = 4,
+    finished_at: dt.datetime | None = T0,
+    patch: int = 1,
+    legacy_mark: bool = False,
+) -> EphemeralRunner:
     r = er("Succeeded", runner_id=9, job="j", patch=patch)
     if finished_at is not None:
         r.metadata.annotations[ANNOTATION_FINISHED_AT] = finished_at.isoformat()
@@ -426,12 +458,12 @@ def _finished(*, completed_at=None, epoch=4, finished_at=T0, patch=1, legacy_mar
     return r
 
 
-def _applied(*, epoch=4, time, patch, replicas):
+def _applied(*, epoch: int = 4, time: dt.datetime, patch: int, replicas: int) -> dict[str, str]:
     rec = decide.AppliedDesired(epoch=epoch, time=time, patch_id=patch, replicas=replicas)
     return {decide.ANNOTATION_APPLIED_DESIRED_STATE: msgspec.json.encode(rec).decode()}
 
 
-def test_finished_state_accounted_only_by_a_desired_state_computed_after_the_completion():
+def test_finished_state_accounted_only_by_a_desired_state_computed_after_the_completion() -> None:
     done = T0 + dt.timedelta(milliseconds=700)
     r = _finished(completed_at=done)
     rec = decide.parse_applied_desired
@@ -466,7 +498,7 @@ def test_finished_state_accounted_only_by_a_desired_state_computed_after_the_com
     assert state(old, a, 9, now)[0] is decide.Finished.ACCOUNTED
 
 
-def test_held_finished_runners_count_toward_scale_up_accounted_ones_reaped_without_marker():
+def test_held_finished_runners_count_toward_scale_up_accounted_ones_reaped_without_marker() -> None:
     done = T0 + dt.timedelta(milliseconds=100)
     one = _finished(completed_at=done, patch=8)
     two, three = _finished(patch=8), _finished(patch=8)  # no JobCompleted yet
@@ -487,17 +519,18 @@ def test_held_finished_runners_count_toward_scale_up_accounted_ones_reaped_witho
     # the hold runs out (listener down): reaped with the seeds' marker, scale-up suppressed at that patch
     p = decide.plan(s, decide.bucket_runners([two, three]), T0 + decide.FINISHED_HOLD)
     assert p.reason == "finished-cleanup" and p.delete == [two, three]
+    assert p.status is not None
     assert p.status["finishedRunnerCleanupPatchID"] == 9
 
 
-def test_revision_rollout_leaves_finished_runners_to_the_finished_step():
+def test_revision_rollout_leaves_finished_runners_to_the_finished_step() -> None:
     fin = _finished(patch=1)
     fin.metadata.annotations[ANNOTATION_ACTIONABLE_REVISION] = "1"
     p = decide.plan(ers(replicas=1, patch_id=2, revision=2, applied=1), decide.bucket_runners([fin]), T0)
     assert p.reason == "revision-applied"
 
 
-def test_parked_outdated_set_drains_idle_runners_busy_ones_finish():
+def test_parked_outdated_set_drains_idle_runners_busy_ones_finish() -> None:
     outdated = er("Outdated", revision=2)
     idle = er("Running", runner_id=1, revision=2)
     busy = er("Running", runner_id=2, job="j", revision=2)
@@ -514,13 +547,15 @@ def test_parked_outdated_set_drains_idle_runners_busy_ones_finish():
 # --- maxRunners guard (issue 11) -----------------------------------------------------------------
 
 
-def _owned(max_runners, *, uid="ars-uid", kind="AutoscalingRunnerSet"):
+def _owned(
+    max_runners: int | None, *, uid: str = "ars-uid", kind: str = "AutoscalingRunnerSet"
+) -> tuple[EphemeralRunnerSet, AutoscalingRunnerSet]:
     tree = to_dict(ers())
     tree["metadata"]["ownerReferences"] = [
         {"apiVersion": "actions.github.com/v1alpha1", "kind": kind, "name": "set", "uid": "ars-uid", "controller": True}
     ]
     the_ers = decode(EphemeralRunnerSet, tree)
-    ars_tree = {
+    ars_tree: dict[str, Any] = {
         "apiVersion": "actions.github.com/v1alpha1",
         "kind": "AutoscalingRunnerSet",
         "metadata": {"name": "set", "namespace": "ns", "uid": uid},
@@ -531,7 +566,7 @@ def _owned(max_runners, *, uid="ars-uid", kind="AutoscalingRunnerSet"):
     return the_ers, decode(AutoscalingRunnerSet, ars_tree)
 
 
-def test_max_runners_comes_from_the_controlling_ars_only():
+def test_max_runners_comes_from_the_controlling_ars_only() -> None:
     assert decide.max_runners_of(*_owned(10)) == 10
     assert decide.max_runners_of(*_owned(None)) is None  # no maxRunners: no cap
     assert decide.max_runners_of(*_owned(10, uid="other")) is None  # a namesake, not the owner
@@ -540,16 +575,17 @@ def test_max_runners_comes_from_the_controlling_ars_only():
     assert decide.max_runners_of(_owned(10)[0], None) is None
 
 
-def test_desired_state_above_max_runners_is_clamped():
+def test_desired_state_above_max_runners_is_clamped() -> None:
     msg = ds(5, 10, patch=3, replicas=25)
     clamped = decide.clamp_desired(msg, 10)
     assert clamped is not None and clamped.replicas == 10 and clamped.patch_id == 3
     assert decide.clamp_desired(msg, None) is None
     assert decide.clamp_desired(ds(5, 10, patch=3, replicas=10), 10) is None
-    assert decide.desired_patch(ers(), clamped)["spec"] == {"replicas": 10, "patchID": 3}
+    patch = decide.desired_patch(ers(), clamped)
+    assert patch is not None and patch["spec"] == {"replicas": 10, "patchID": 3}
 
 
-def test_creation_never_exceeds_max_runners():
+def test_creation_never_exceeds_max_runners() -> None:
     assert decide.cap_create(24, 1, 10) == 9
     assert decide.cap_create(3, 1, 10) == 3
     assert decide.cap_create(3, 12, 10) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,11 @@ from shared.api.constants import (
 
 
 def er(
-    *, spec: dict | None = None, template_meta: dict | None = None, annotations: dict | None = None, **extra
+    *,
+    spec: dict[str, Any] | None = None,
+    template_meta: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+    **extra: Any,
 ) -> EphemeralRunner:
     return decode(
         EphemeralRunner,
@@ -57,7 +62,7 @@ def er(
     )
 
 
-def test_jit_secret_shape():
+def test_jit_secret_shape() -> None:
     r = er(ephemeralRunnerConfigSecretMetadata={"labels": {"a": "b", "drop.me/y": "2"}, "annotations": {"c": "d"}})
     s = build.build_jit_secret(
         r, runner_id=77, runner_name="set-runner-abcde", encoded_jit_config="ZW5j", exclude_label_prefixes=("drop.me/",)
@@ -82,11 +87,11 @@ def test_jit_secret_shape():
     ("raw", "expected"),
     [(b"77", 77), (b" 5\n", 5), (b"0", None), (b"-3", None), (b"x", None), (None, None), (b"\xff", None)],
 )
-def test_parse_runner_id(raw, expected):
+def test_parse_runner_id(raw: bytes | None, expected: int | None) -> None:
     assert build.parse_runner_id(raw) == expected
 
 
-def test_runner_pod_shape():
+def test_runner_pod_shape() -> None:
     p = build.build_runner_pod(er(), user_agent="runnerscale/1.0", exclude_label_prefixes=("drop.me/",))
     meta = p["metadata"]
     assert meta["name"] == "set-runner-abcde" and meta["ownerReferences"][0]["uid"] == "u-1"
@@ -112,7 +117,7 @@ def test_runner_pod_shape():
     assert env[ENV_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE]["value"] == "1"
 
 
-def test_revision_annotation_of_the_er_wins_over_the_template():
+def test_revision_annotation_of_the_er_wins_over_the_template() -> None:
     r = er(template_meta={"annotations": {ANNOTATION_ACTIONABLE_REVISION: "1"}})
     assert build.build_runner_pod(r)["metadata"]["annotations"][ANNOTATION_ACTIONABLE_REVISION] == "4"
     unstamped = er(annotations={}, template_meta={})
@@ -121,14 +126,14 @@ def test_revision_annotation_of_the_er_wins_over_the_template():
     )
 
 
-def test_builder_does_not_mutate_the_er():
+def test_builder_does_not_mutate_the_er() -> None:
     r = er()
     before = [dict(c) for c in r.spec.spec["containers"]]
     build.build_runner_pod(r)
     assert r.spec.spec["containers"] == before
 
 
-def test_proxy_env_vars_come_from_the_proxy_secret():
+def test_proxy_env_vars_come_from_the_proxy_secret() -> None:
     r = er(
         proxy={"http": {"url": "http://p:3128"}, "https": {"url": "http://p:3128"}, "noProxy": ["example.com"]},
         proxySecretRef="proxy-secret",
@@ -142,12 +147,12 @@ def test_proxy_env_vars_come_from_the_proxy_secret():
     assert "http_proxy" in names and "https_proxy" not in names and "no_proxy" not in names
 
 
-def test_no_runner_container_is_an_error():
+def test_no_runner_container_is_an_error() -> None:
     with pytest.raises(build.PodBuildError, match="runner"):
         build.build_runner_pod(er(spec={"containers": [{"name": "other", "image": "x"}]}))
 
 
-def test_pod_template_hash_is_stable_and_follows_the_spec():
+def test_pod_template_hash_is_stable_and_follows_the_spec() -> None:
     assert build.pod_template_hash(er()) == build.pod_template_hash(er())
     assert build.pod_template_hash(er()) != build.pod_template_hash(
         er(spec={"containers": [{"name": "runner", "image": "other"}]})

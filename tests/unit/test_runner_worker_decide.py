@@ -4,6 +4,7 @@ better-than-ARC rules (lost pod with a job, start deadline, hung after job, remo
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import msgspec
 import pytest
@@ -13,6 +14,7 @@ from services.runner import decide
 from services.runner.decide import (
     CreatePod,
     DeleteRunner,
+    MarkFailed,
     MarkOutdated,
     PatchStatus,
     PodOutcome,
@@ -20,15 +22,17 @@ from services.runner.decide import (
     RunnerSettings,
     Wait,
 )
-from services.runner.jobs import ANNOTATION_JOB_COMPLETED
 from shared.api import EphemeralRunner, decode
+from shared.api.constants import ANNOTATION_JOB_COMPLETED
 from shared.kube.objects import Pod
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 S = RunnerSettings()
 
 
-def er(status: dict | None = None, annotations: dict | None = None, created: datetime = NOW) -> EphemeralRunner:
+def er(
+    status: dict[str, Any] | None = None, annotations: dict[str, str] | None = None, created: datetime = NOW
+) -> EphemeralRunner:
     return decode(
         EphemeralRunner,
         {
@@ -54,13 +58,13 @@ def er(status: dict | None = None, annotations: dict | None = None, created: dat
 
 def pod(
     phase: str = "Running",
-    runner_state: dict | None = None,
-    init_state: dict | None = None,
+    runner_state: dict[str, Any] | None = None,
+    init_state: dict[str, Any] | None = None,
     uid: str = "pod-1",
     created: datetime = NOW,
-    **status,
+    **status: Any,
 ) -> Pod:
-    st: dict = {"phase": phase, **status}
+    st: dict[str, Any] = {"phase": phase, **status}
     if runner_state is not None:
         st["containerStatuses"] = [{"name": "runner", "state": runner_state}]
     if init_state is not None:
@@ -69,7 +73,7 @@ def pod(
     return msgspec.json.decode(msgspec.json.encode({"metadata": meta, "status": st}), type=Pod)
 
 
-def term(code: int, reason: str = "") -> dict:
+def term(code: int, reason: str = "") -> dict[str, Any]:
     return {"terminated": {"exitCode": code, "reason": reason}}
 
 
@@ -99,19 +103,19 @@ RUNNING = {"running": {"startedAt": "2026-11-29T11:00:00Z"}}
         (pod("Succeeded", RUNNING), PodOutcome.ACTIVE),  # ARC test 20: phase alone never completes
     ],
 )
-def test_classify_pod(p, outcome):
+def test_classify_pod(p: Pod, outcome: PodOutcome) -> None:
     assert decide.classify_pod(p) is outcome
 
 
 # --- decisions on an existing pod --------------------------------------------------------------
 
 
-def test_exit_0_deletes_the_runner_with_or_without_job():
+def test_exit_0_deletes_the_runner_with_or_without_job() -> None:
     assert isinstance(decide.decide_pod(er(), pod("Failed", term(0)), NOW, S), DeleteRunner)
     assert isinstance(decide.decide_pod(er({"jobId": "1"}), pod("Failed", term(0)), NOW, S), DeleteRunner)
 
 
-def test_exit_7_marks_outdated():
+def test_exit_7_marks_outdated() -> None:
     d = decide.decide_pod(er(), pod("Failed", term(7)), NOW, S)
     assert isinstance(d, MarkOutdated)
     assert d.status_patch["status"]["phase"] == "Outdated" and d.status_patch["status"]["reason"] == "Outdated"
@@ -126,37 +130,39 @@ def test_exit_7_marks_outdated():
         pod("Pending", init_state=term(1, "StartError")),
     ],
 )
-def test_failure_without_job_is_recorded_by_pod_uid(p):
+def test_failure_without_job_is_recorded_by_pod_uid(p: Pod) -> None:
     d = decide.decide_pod(er(), p, NOW, S)
     assert isinstance(d, RecordFailure)
     assert d.pod_uid == "pod-1"
+    assert d.status_patch is not None
     assert d.status_patch["status"]["failures"] == {"pod-1": "2026-11-29T12:00:00Z"}
     assert d.status_patch["status"]["ready"] is False
 
 
-def test_evicted_reason_and_message_are_copied():
+def test_evicted_reason_and_message_are_copied() -> None:
     d = decide.decide_pod(er(), pod("Failed", reason="Evicted", message="low memory"), NOW, S)
+    assert isinstance(d, DeleteRunner | RecordFailure | MarkFailed)
     assert (d.reason, d.message) == ("Evicted", "low memory")
 
 
-def test_same_pod_failure_is_not_counted_twice():
+def test_same_pod_failure_is_not_counted_twice() -> None:
     d = decide.decide_pod(er({"failures": {"pod-1": "2026-11-29T11:59:00Z"}}), pod("Failed", term(1)), NOW, S)
     assert isinstance(d, RecordFailure) and d.status_patch is None
 
 
 @pytest.mark.parametrize("p", [pod("Failed", term(1)), pod("Failed"), pod("Pending", init_state=term(1))])
-def test_failure_with_job_deletes_the_runner(p):
+def test_failure_with_job_deletes_the_runner(p: Pod) -> None:
     d = decide.decide_pod(er({"jobId": "42"}), p, NOW, S)
     assert isinstance(d, DeleteRunner) and d.reason == "PodFailedWithJob"
 
 
-def test_no_runner_status_changes_nothing():
+def test_no_runner_status_changes_nothing() -> None:
     assert decide.decide_pod(er(), pod("Running"), NOW, replace(S, pod_start_deadline=0)) == Wait(
         None, "no runner container status yet"
     )
 
 
-def test_running_pod_status_is_copied_once():
+def test_running_pod_status_is_copied_once() -> None:
     d = decide.decide_pod(er(), pod("Running", RUNNING, conditions=[{"type": "Ready", "status": "True"}]), NOW, S)
     assert isinstance(d, PatchStatus)
     assert d.status_patch["status"]["phase"] == "Running" and d.status_patch["status"]["ready"] is True
@@ -169,12 +175,12 @@ def test_running_pod_status_is_copied_once():
     assert isinstance(same, Wait)
 
 
-def test_phase_follows_pod_back_to_pending():
+def test_phase_follows_pod_back_to_pending() -> None:
     d = decide.decide_pod(er({"phase": "Running"}), pod("Pending", {"waiting": {}}), NOW, S)
     assert isinstance(d, PatchStatus) and d.status_patch["status"]["phase"] == "Pending"
 
 
-def test_ready_uses_the_last_ready_condition():
+def test_ready_uses_the_last_ready_condition() -> None:
     p = pod("Running", RUNNING, conditions=[{"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}])
     assert decide.ready_from_pod(p) is False
 
@@ -182,31 +188,31 @@ def test_ready_uses_the_last_ready_condition():
 # --- the pod is missing ----------------------------------------------------------------------------
 
 
-def test_missing_pod_is_created():
+def test_missing_pod_is_created() -> None:
     assert decide.decide_missing_pod(er(), NOW, S) == CreatePod()
 
 
-def test_missing_pod_waits_for_backoff_by_failure_count():
+def test_missing_pod_waits_for_backoff_by_failure_count() -> None:
     failures = {f"p{i}": (NOW - timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ") for i in range(2)}
     d = decide.decide_missing_pod(er({"failures": failures}), NOW, S)
     assert isinstance(d, Wait) and d.requeue_after == pytest.approx(10 - 3)
     assert decide.decide_missing_pod(er({"failures": failures}), NOW + timedelta(seconds=8), S) == CreatePod()
 
 
-def test_backoff_table_is_arcs_and_configurable():
+def test_backoff_table_is_arcs_and_configurable() -> None:
     assert [S.backoff_for(n) for n in range(7)] == [0, 5, 10, 20, 40, 80, 80]
     assert RunnerSettings(failure_backoff=(0.0, 0.01)).backoff_for(4) == 0.01
     with pytest.raises(ValueError):
         RunnerSettings(failure_backoff=())
 
 
-def test_more_than_max_failures_is_too_many():
+def test_more_than_max_failures_is_too_many() -> None:
     five = {f"p{i}": "2026-11-29T11:00:00Z" for i in range(5)}
     assert not decide.too_many_failures(er({"failures": five}), S)
     assert decide.too_many_failures(er({"failures": {**five, "p5": "2026-11-29T11:00:00Z"}}), S)
 
 
-def test_pod_lost_with_a_job_deletes_the_runner():
+def test_pod_lost_with_a_job_deletes_the_runner() -> None:
     d = decide.decide_missing_pod(er({"jobId": "9"}), NOW, S)
     assert isinstance(d, DeleteRunner) and d.reason == "PodLostWithJob"
 
@@ -214,7 +220,7 @@ def test_pod_lost_with_a_job_deletes_the_runner():
 # --- better than ARC: deadlines ------------------------------------------------------------------
 
 
-def test_pod_that_never_starts_hits_the_deadline():
+def test_pod_that_never_starts_hits_the_deadline() -> None:
     old = NOW - timedelta(seconds=S.pod_start_deadline + 1)
     d = decide.decide_pod(er(), pod("Pending", uid="p", created=old), NOW, S)
     assert isinstance(d, DeleteRunner) and d.reason == "PodStartTimeout"
@@ -228,7 +234,7 @@ def test_pod_that_never_starts_hits_the_deadline():
     )
 
 
-def test_runner_hung_after_job_completed_is_deleted_after_grace():
+def test_runner_hung_after_job_completed_is_deleted_after_grace() -> None:
     ann = {ANNOTATION_JOB_COMPLETED: "job=42;result=succeeded;at=2026-11-29T11:57:00Z"}
     d = decide.decide_pod(er({"jobId": "42", "phase": "Running"}, ann), pod("Running", RUNNING), NOW, S)
     assert isinstance(d, DeleteRunner) and d.reason == "RunnerHungAfterJob"
@@ -243,13 +249,13 @@ def test_runner_hung_after_job_completed_is_deleted_after_grace():
     )
 
 
-def test_quota_retries_then_gives_up():
+def test_quota_retries_then_gives_up() -> None:
     assert decide.quota_decision(er(created=NOW), NOW, S) == Wait(S.quota_retry, "exceeded quota")
     old = decide.quota_decision(er(created=NOW - timedelta(seconds=601)), NOW, S)
     assert isinstance(old, DeleteRunner)
 
 
-def test_removal_is_abandoned_only_when_the_pod_is_gone_and_time_passed():
+def test_removal_is_abandoned_only_when_the_pod_is_gone_and_time_passed() -> None:
     since = NOW - timedelta(seconds=S.removal_give_up_after + 1)
     assert decide.should_abandon_removal(since, False, NOW, S)
     assert not decide.should_abandon_removal(since, True, NOW, S)
@@ -257,12 +263,12 @@ def test_removal_is_abandoned_only_when_the_pod_is_gone_and_time_passed():
     assert not decide.should_abandon_removal(since, False, NOW, replace(S, removal_give_up_after=0))
 
 
-def test_runner_id_patch_only_when_changed():
+def test_runner_id_patch_only_when_changed() -> None:
     assert decide.runner_id_patch(er(), 5, "r") == {"status": {"runnerId": 5, "runnerName": "r"}}
     assert decide.runner_id_patch(er({"runnerId": 5, "runnerName": "r"}), 5, "r") is None
 
 
-def test_finished_runners_are_marked_not_deleted_and_released_only_when_abandoned():
+def test_finished_runners_are_marked_not_deleted_and_released_only_when_abandoned() -> None:
     """Issue #14: every way a runner ends after its job is a finished runner (status Succeeded);
     the runner-set worker deletes it once the listener accounted for the job. The runner worker
     deletes it itself only after finished_release_after (the runner-set worker is down)."""

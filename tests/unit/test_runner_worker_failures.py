@@ -5,6 +5,7 @@ are counted by set and reason (runnerscale_runner_failures_total)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from services.runner import decide
 from services.runner.decide import MarkFailed, RunnerSettings
@@ -16,7 +17,7 @@ from shared.api.constants import ANNOTATION_FAILED_AT
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
 
-def er(status: dict, annotations: dict | None = None) -> EphemeralRunner:
+def er(status: dict[str, Any], annotations: dict[str, str] | None = None) -> EphemeralRunner:
     return decode(
         EphemeralRunner,
         {
@@ -35,7 +36,7 @@ def er(status: dict, annotations: dict | None = None) -> EphemeralRunner:
     )
 
 
-def test_too_many_pod_failures_marks_failed_instead_of_deleting():
+def test_too_many_pod_failures_marks_failed_instead_of_deleting() -> None:
     six = {f"p{i}": "2026-11-29T11:00:00Z" for i in range(6)}
     r = er({"failures": six})
     assert decide.too_many_failures(r, RunnerSettings())
@@ -43,17 +44,18 @@ def test_too_many_pod_failures_marks_failed_instead_of_deleting():
     assert isinstance(d, MarkFailed) and d.reason == "TooManyPodFailures" and "6 times" in d.message
 
 
-def test_failed_at_stamp_is_what_the_runner_set_reads():
+def test_failed_at_stamp_is_what_the_runner_set_reads() -> None:
     patch = decide.failed_at_patch(NOW)
     stamped = er({"phase": "Failed", "reason": "InvalidPod"}, patch["metadata"]["annotations"])
-    assert ANNOTATION_FAILED_AT == failures.ANNOTATION_FAILED_AT
+    # The runner set's module imports the constant without re-exporting it; the test reads it there.
+    assert ANNOTATION_FAILED_AT == failures.ANNOTATION_FAILED_AT  # type: ignore[attr-defined]
     assert failures.failed_at(stamped) == NOW
     assert decide.failed_patch("TooManyPodFailures", "m") == {
         "status": {"phase": "Failed", "reason": "TooManyPodFailures", "message": "m", "ready": False}
     }
 
 
-def test_failure_metric_has_namespace_name_reason():
+def test_failure_metric_has_namespace_name_reason() -> None:
     m = runner_metrics()
     m.failures.labels("ns", "set", "InvalidPod").inc()
     assert m.failures.labels("ns", "set", "InvalidPod")._value.get() == 1

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from services.runner import jobs
 from shared.api import EphemeralRunner, decode, finished
+from shared.api.constants import ANNOTATION_JOB_COMPLETED
 from shared.bus import ResourceRef
 from shared.bus.messages import JobCompleted, JobStarted
 
 T = datetime(2026, 11, 29, 12, 0, 5, tzinfo=UTC)
 
 
-def er(status: dict | None = None, labels: dict | None = None, annotations: dict | None = None) -> EphemeralRunner:
+def er(
+    status: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> EphemeralRunner:
     return decode(
         EphemeralRunner,
         {
@@ -33,8 +39,8 @@ def er(status: dict | None = None, labels: dict | None = None, annotations: dict
     )
 
 
-def ev(cls=JobStarted, **over):
-    base = dict(
+def ev(cls: type[JobStarted] | type[JobCompleted] = JobStarted, **over: Any) -> jobs.JobEvent:
+    base: dict[str, Any] = dict(
         scale_set_id=3,
         scale_set=ResourceRef("ns", "set"),
         runner_name="r1",
@@ -63,7 +69,7 @@ FIELDS = {
 }
 
 
-def apply(runner: EphemeralRunner, patch: dict | None) -> EphemeralRunner:
+def apply(runner: EphemeralRunner, patch: dict[str, Any] | None) -> EphemeralRunner:
     if patch is None:
         return runner
     from shared.api import to_dict
@@ -74,12 +80,13 @@ def apply(runner: EphemeralRunner, patch: dict | None) -> EphemeralRunner:
     return decode(EphemeralRunner, tree)
 
 
-def test_started_sets_arcs_status_fields():
+def test_started_sets_arcs_status_fields() -> None:
     assert jobs.job_status_patch(er(), ev()) == {"status": FIELDS}
 
 
-def test_zero_values_are_left_out():
+def test_zero_values_are_left_out() -> None:
     patch = jobs.job_status_patch(er(), ev(runner_request_id=0, workflow_run_id=0, job_display_name=""))
+    assert patch is not None
     assert (
         "jobRequestId" not in patch["status"]
         and "workflowRunId" not in patch["status"]
@@ -87,19 +94,19 @@ def test_zero_values_are_left_out():
     )
 
 
-def test_repeat_is_a_no_op():
+def test_repeat_is_a_no_op() -> None:
     once = apply(er(), jobs.job_status_patch(er(), ev()))
     assert jobs.job_status_patch(once, ev()) is None
 
 
-def test_another_job_is_not_recorded_over_the_first():
+def test_another_job_is_not_recorded_over_the_first() -> None:
     once = apply(er(), jobs.job_status_patch(er(), ev()))
     assert jobs.conflicting_job(once, ev(job_id="j2"))
     assert jobs.job_status_patch(once, ev(job_id="j2")) is None
     assert jobs.completion_patch(once, ev(JobCompleted, job_id="j2")) is None
 
 
-def test_missing_fields_of_the_same_job_are_filled():
+def test_missing_fields_of_the_same_job_are_filled() -> None:
     partial = apply(er(), {"status": {"jobId": "j1"}})
     assert jobs.job_status_patch(partial, ev()) == {"status": {k: v for k, v in FIELDS.items() if k != "jobId"}}
 
@@ -107,7 +114,7 @@ def test_missing_fields_of_the_same_job_are_filled():
 @pytest.mark.parametrize(
     "order", list(itertools.permutations(["started", "completed", "started-again", "completed-again"]))
 )
-def test_any_order_converges_to_the_same_state(order):
+def test_any_order_converges_to_the_same_state(order: tuple[str, ...]) -> None:
     events = {
         "started": ev(),
         "started-again": ev(),
@@ -120,23 +127,23 @@ def test_any_order_converges_to_the_same_state(order):
         runner = apply(runner, jobs.job_status_patch(runner, e))
         runner = apply(runner, jobs.completion_patch(runner, e))
     assert {k: getattr(runner.status, a) for k, a in jobs._ATTR.items()} == FIELDS
-    value = runner.metadata.annotations[jobs.ANNOTATION_JOB_COMPLETED]
+    value = runner.metadata.annotations[ANNOTATION_JOB_COMPLETED]
     assert value.startswith("job=j1;result=succeeded;at=")
     assert jobs.completed_at(runner) is not None
 
 
-def test_started_never_writes_the_completion_mark():
+def test_started_never_writes_the_completion_mark() -> None:
     assert jobs.completion_patch(er(), ev()) is None
 
 
-def test_completion_mark_round_trip():
+def test_completion_mark_round_trip() -> None:
     runner = apply(er(), jobs.job_status_patch(er(), ev(JobCompleted)))
     runner = apply(runner, jobs.completion_patch(runner, ev(JobCompleted)))
     assert jobs.completed_at(runner) == T.replace(microsecond=0)
     assert jobs.parse_completion("garbage") == ("", None)
 
 
-def test_completion_mark_keeps_the_listener_time_and_epoch():
+def test_completion_mark_keeps_the_listener_time_and_epoch() -> None:
     """The runner-set worker compares them with the applied desired state (issue #14)."""
     t = T.replace(microsecond=123456)
     runner = apply(er(), jobs.job_status_patch(er(), ev(JobCompleted)))
@@ -158,9 +165,9 @@ def test_completion_mark_keeps_the_listener_time_and_epoch():
         (er(), ev(runner_id=11)),
     ],
 )
-def test_mismatches(runner, event):
+def test_mismatches(runner: EphemeralRunner, event: jobs.JobEvent) -> None:
     assert jobs.mismatch(runner, event) is not None
 
 
-def test_match_when_runner_id_not_yet_known():
+def test_match_when_runner_id_not_yet_known() -> None:
     assert jobs.mismatch(er(status={}), ev()) is None

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from services.runner.decide import RunnerSettings
 from services.runner.reconciler import RunnerReconciler, _Stop
 from shared.actions import (
+    ActionsClient,
     JitRunnerConfig,
     JobStillRunningError,
     RunnerExistsError,
@@ -20,7 +21,18 @@ from shared.actions import (
 )
 from shared.api import EphemeralRunner, decode
 from shared.clock import ManualClock
-from shared.kube import EPHEMERAL_RUNNERS, PODS, SECRETS, AlreadyExists, Result
+from shared.kube import (
+    EPHEMERAL_RUNNERS,
+    PODS,
+    SECRETS,
+    AlreadyExists,
+    ApiReader,
+    ApiWriter,
+    EventRecorder,
+    ObjectKey,
+    Resource,
+    Result,
+)
 from shared.kube.objects import Pod, Secret
 
 pytestmark = pytest.mark.anyio
@@ -28,7 +40,7 @@ pytestmark = pytest.mark.anyio
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def er(status: dict | None = None, deleting: bool = False) -> EphemeralRunner:
+def er(status: dict[str, Any] | None = None, deleting: bool = False) -> EphemeralRunner:
     meta: dict[str, Any] = {"name": "r", "namespace": "ns", "uid": "er-uid", "resourceVersion": "7"}
     if deleting:
         meta["deletionTimestamp"] = (NOW - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -67,11 +79,11 @@ class FakeReader:
         self.objects = objects or {}
         self.gets: list[Any] = []
 
-    async def get_or_none(self, resource, key, **kw):
+    async def get_or_none(self, resource: Resource[Any], key: ObjectKey | str, **kw: Any) -> Any:
         self.gets.append(resource)
         return self.objects.get(resource)
 
-    async def get(self, resource, key, **kw):
+    async def get(self, resource: Resource[Any], key: ObjectKey | str, **kw: Any) -> Any:
         obj = self.objects.get(resource)
         assert obj is not None
         return obj
@@ -79,16 +91,16 @@ class FakeReader:
 
 class FakeWriter:
     def __init__(self, create_error: Exception | None = None) -> None:
-        self.calls: list[tuple[str, Any, dict]] = []
+        self.calls: list[tuple[str, Any, Any]] = []
         self.create_error = create_error
 
-    async def create(self, resource, body, **kw):
+    async def create(self, resource: Resource[Any], body: Any, **kw: Any) -> Any:
         self.calls.append(("create", resource, body))
         if self.create_error is not None:
             raise self.create_error
         return body
 
-    async def delete(self, resource, key, **kw):
+    async def delete(self, resource: Resource[Any], key: ObjectKey | str, **kw: Any) -> bool:
         self.calls.append(("delete", resource, kw))
         return True
 
@@ -97,10 +109,10 @@ class FakeEvents:
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []
 
-    async def warning(self, obj, reason, message):
+    async def warning(self, obj: object, reason: str, message: str) -> None:
         self.seen.append((reason, message))
 
-    async def normal(self, obj, reason, message):
+    async def normal(self, obj: object, reason: str, message: str) -> None:
         self.seen.append((reason, message))
 
 
@@ -117,17 +129,17 @@ class FakeClient:
         self.remove_error = remove_error
         self.removed: list[int] = []
 
-    async def generate_jit_config(self, scale_set_id, name, *, work_folder=""):
+    async def generate_jit_config(self, scale_set_id: int, name: str, *, work_folder: str = "") -> JitRunnerConfig:
         if self.jit_error is not None:
             raise self.jit_error
         return JitRunnerConfig(
             runner=RunnerReference(id=9, name=name, runner_scale_set_id=scale_set_id), encoded_jit_config="ZW5j"
         )
 
-    async def get_runner_by_name(self, name):
+    async def get_runner_by_name(self, name: str) -> RunnerReference | None:
         return self.found
 
-    async def remove_runner(self, runner_id):
+    async def remove_runner(self, runner_id: int) -> None:
         self.removed.append(runner_id)
         if self.remove_error is not None:
             raise self.remove_error
@@ -138,18 +150,26 @@ class FakeClients:
         self.client = client
         self.error = error
 
-    async def for_spec(self, namespace, spec):
+    async def for_spec(self, namespace: str, spec: Any) -> ActionsClient:
         if self.error is not None:
             raise self.error
-        return self.client
+        # A double of the calls the reconciler makes, not an ActionsClient.
+        return cast(ActionsClient, self.client)
 
 
-def reconciler(reader=None, writer=None, client=None, clients=None, **settings) -> tuple[RunnerReconciler, FakeEvents]:
+def reconciler(
+    reader: FakeReader | None = None,
+    writer: FakeWriter | None = None,
+    client: FakeClient | None = None,
+    clients: FakeClients | None = None,
+    **settings: Any,
+) -> tuple[RunnerReconciler, FakeEvents]:
     events = FakeEvents()
+    # The doubles answer only the calls the reconciler makes; they are not the concrete classes.
     rec = RunnerReconciler(
-        reader or FakeReader(),
-        writer or FakeWriter(),
-        events,  # type: ignore[arg-type]
+        cast(ApiReader, reader or FakeReader()),
+        cast(ApiWriter, writer or FakeWriter()),
+        cast(EventRecorder, events),
         clients or FakeClients(client or FakeClient()),
         RunnerSettings(**settings),
         clock=ManualClock(NOW),
@@ -157,31 +177,31 @@ def reconciler(reader=None, writer=None, client=None, clients=None, **settings) 
     return rec, events
 
 
-async def test_secret_written_concurrently_for_another_registration_is_replaced():
+async def test_secret_written_concurrently_for_another_registration_is_replaced() -> None:
     reader = FakeReader({SECRETS: None})
     writer = FakeWriter(create_error=AlreadyExists("POST secrets", "exists"))
     rec, _ = reconciler(reader, writer)
     reader.objects[SECRETS] = None
 
-    async def get(resource, key, **kw):
+    async def get(resource: Resource[Any], key: ObjectKey | str, **kw: Any) -> Secret:
         return secret("5")
 
-    reader.get = get  # type: ignore[method-assign]
+    reader.get = get  # type: ignore[method-assign]  # this test's answer replaces the fake's
     with pytest.raises(_Stop) as stop:
         await rec._ensure_secret(er())
     assert stop.value.result == Result(requeue_after=0.0)
     assert ("delete", SECRETS, {"uid": "sec-uid", "missing_ok": True}) in writer.calls
 
 
-async def test_secret_written_concurrently_for_our_registration_is_kept():
+async def test_secret_written_concurrently_for_our_registration_is_kept() -> None:
     reader = FakeReader()
     writer = FakeWriter(create_error=AlreadyExists("POST secrets", "exists"))
     rec, _ = reconciler(reader, writer)
 
-    async def get(resource, key, **kw):
+    async def get(resource: Resource[Any], key: ObjectKey | str, **kw: Any) -> Secret:
         return secret("9")
 
-    reader.get = get  # type: ignore[method-assign]
+    reader.get = get  # type: ignore[method-assign]  # this test's answer replaces the fake's
     got = await rec._ensure_secret(er())
     assert got.metadata.uid == "sec-uid"
     assert not [c for c in writer.calls if c[0] == "delete"]
@@ -195,7 +215,9 @@ async def test_secret_written_concurrently_for_our_registration_is_kept():
         (RunnerReference(id=3, name="r", runner_scale_set_id=2), [], Result(), True),
     ],
 )
-async def test_runner_exists_resolution(found, removed, result, er_deleted):
+async def test_runner_exists_resolution(
+    found: RunnerReference | None, removed: list[int], result: Result, er_deleted: bool
+) -> None:
     client = FakeClient(jit_error=RunnerExistsError("POST x", status=409), found=found)
     writer = FakeWriter()
     rec, events = reconciler(FakeReader(), writer, client, runner_exists_requeue=0.5)
@@ -208,14 +230,14 @@ async def test_runner_exists_resolution(found, removed, result, er_deleted):
         assert events.seen[0][0] == "RunnerNameTaken"
 
 
-async def test_removal_without_id_secret_or_client_counts_as_done():
+async def test_removal_without_id_secret_or_client_counts_as_done() -> None:
     rec, _ = reconciler(
         FakeReader({SECRETS: None}), clients=FakeClients(error=RuntimeError("Secret s in namespace ns: not found"))
     )
     await rec._remove_runner(er(deleting=True))  # no raise
 
 
-async def test_removal_with_known_id_and_no_client_is_an_error():
+async def test_removal_with_known_id_and_no_client_is_an_error() -> None:
     rec, events = reconciler(
         FakeReader(), clients=FakeClients(error=RuntimeError("Secret s in namespace ns: not found"))
     )
@@ -224,7 +246,7 @@ async def test_removal_with_known_id_and_no_client_is_an_error():
     assert events.seen[0][0] == "ActionsCredentialsUnavailable"
 
 
-async def test_removal_by_name_only_in_this_scale_set():
+async def test_removal_by_name_only_in_this_scale_set() -> None:
     other = FakeClient(found=RunnerReference(id=3, name="r", runner_scale_set_id=2))
     rec, _ = reconciler(FakeReader({SECRETS: None}), client=other)
     await rec._remove_runner(er(deleting=True))
@@ -250,7 +272,9 @@ def _pod(phase: str, running: bool) -> Pod:
 
 
 @pytest.mark.parametrize(("pod", "expected"), [(None, None), (_pod("Running", True), Result(requeue_after=30.0))])
-async def test_busy_runner_removal_waits_unless_its_pod_is_gone_for_long(pod, expected):
+async def test_busy_runner_removal_waits_unless_its_pod_is_gone_for_long(
+    pod: Pod | None, expected: Result | None
+) -> None:
     client = FakeClient(remove_error=JobStillRunningError("DELETE x", status=400))
     rec, events = reconciler(FakeReader({PODS: pod}), client=client)
     assert await rec._unregister(er({"runnerId": 4}, deleting=True)) == expected

@@ -17,14 +17,14 @@ def parse(*argv: str) -> argparse.Namespace:
     return WORKER.parser().parse_args(list(argv))
 
 
-def test_defaults_are_arcs():
+def test_defaults_are_arcs() -> None:
     settings = loader.load(RunnerSettings, parse(), {})
     assert settings == RunnerSettings()
     assert settings.failure_backoff == ARC_FAILURE_BACKOFF and settings.max_failures == 5
     assert settings.exclude_label_prefixes == ()
 
 
-def test_env_then_flags():
+def test_env_then_flags() -> None:
     env = {
         "RUNNERSCALE_RUNNER_FAILURE_BACKOFF": "0,1,2",
         "RUNNERSCALE_RUNNER_MAX_FAILURES": "3",
@@ -55,13 +55,13 @@ def test_env_then_flags():
         ("--failure-backoff", ",", "RUNNERSCALE_RUNNER_FAILURE_BACKOFF / --failure-backoff"),
     ],
 )
-def test_bad_values_name_the_setting(flag, value, named):
+def test_bad_values_name_the_setting(flag: str, value: str, named: str) -> None:
     with pytest.raises(SettingsError) as err:
         loader.load(RunnerSettings, parse(flag, value), {})
     assert err.value.setting == named
 
 
-def test_registered_and_bad_flag_exits_2(capsys):
+def test_registered_and_bad_flag_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert SUBCOMMANDS["runner"][0] == "services.runner.worker:main"
     assert main(["--max-failures", "nope"]) == 2
     assert "--max-failures" in capsys.readouterr().err

@@ -83,7 +83,7 @@ def freeze(ers: EphemeralRunnerSet, patch: dict[str, Any]) -> EphemeralRunnerSet
         (2, 3, True, None),
     ],
 )
-def test_freeze_patch(replicas, patch_id, deleting, expected):
+def test_freeze_patch(replicas: int, patch_id: int, deleting: bool, expected: dict[str, Any] | None) -> None:
     _, sets, _ = objects("arc-0.14.yaml")
     ers = sets[1]
     spec = msgspec.structs.replace(ers.spec, replicas=replicas, patch_id=patch_id)
@@ -100,7 +100,7 @@ def steps_by_name(plan: adopt.AdoptionPlan) -> dict[str, tuple[str, str]]:
 # --- recognising ARC's shapes -----------------------------------------------------------------------
 
 
-def test_legacy_sets_are_the_generate_named_ones_the_ars_controls_oldest_first():
+def test_legacy_sets_are_the_generate_named_ones_the_ars_controls_oldest_first() -> None:
     ars, sets, _ = objects("arc-0.14.yaml")
     foreign = msgspec.structs.replace(sets[1], metadata=msgspec.structs.replace(sets[1].metadata, owner_references=[]))
     assert [e.metadata.name for e in adopt.legacy_runner_sets(ars, reversed(sets))] == [
@@ -117,14 +117,14 @@ def test_legacy_sets_are_the_generate_named_ones_the_ars_controls_oldest_first()
     ("fixture", "index", "arc"),
     [("arc-0.14.yaml", 0, True), ("arc-0.14.yaml", 1, True), ("arc-integrity.yaml", 0, True)],
 )
-def test_a_set_without_a_revision_is_arcs(fixture, index, arc):
+def test_a_set_without_a_revision_is_arcs(fixture: str, index: int, arc: bool) -> None:
     _, sets, _ = objects(fixture)
     assert adopt.is_arc_runner_set(sets[index]) is arc
     ars, _, _ = objects(fixture)
     assert adopt.is_arc_runner_set(created_target(ars)) is False
 
 
-def test_a_new_set_next_to_legacy_ones_neither_creates_nor_removes_runners():
+def test_a_new_set_next_to_legacy_ones_neither_creates_nor_removes_runners() -> None:
     ars, sets, _ = objects("arc-0.14.yaml")
     assert adopt.seed_spec_for_new_set(adopt.legacy_runner_sets(ars, sets)) == {"replicas": 0, "patchID": 1}
     assert adopt.seed_spec_for_new_set([]) == {"replicas": 0, "patchID": 0}
@@ -134,7 +134,9 @@ def test_a_new_set_next_to_legacy_ones_neither_creates_nor_removes_runners():
     ("fixture", "removed"),
     [("arc-0.14.yaml", ["actions.github.com/change-hash"]), ("arc-integrity.yaml", [ANNOTATION_INTEGRITY_HASH])],
 )
-def test_ars_loses_arcs_controller_fingerprints_but_keeps_the_charts_values_hash(fixture, removed):
+def test_ars_loses_arcs_controller_fingerprints_but_keeps_the_charts_values_hash(
+    fixture: str, removed: list[str]
+) -> None:
     ars, _, _ = objects(fixture)
     patch = adopt.ars_cleanup_patch(ars)
     assert patch == {"metadata": {"annotations": dict.fromkeys(removed)}}
@@ -144,7 +146,7 @@ def test_ars_loses_arcs_controller_fingerprints_but_keeps_the_charts_values_hash
 # --- ARC 0.14: a set mid-rollout, runners mid-job ---------------------------------------------------
 
 
-def test_014_mid_rollout_keeps_matching_runners_and_leaves_the_old_spec_busy_one():
+def test_014_mid_rollout_keeps_matching_runners_and_leaves_the_old_spec_busy_one() -> None:
     ars, sets, runners = objects("arc-0.14.yaml")
     target = created_target(ars)
     desired = desired_ephemeral_runner_set(ars, OPTIONS, actionable_revision=1)
@@ -196,7 +198,7 @@ def test_014_mid_rollout_keeps_matching_runners_and_leaves_the_old_spec_busy_one
     assert again.seed is None  # created by runnerscale at revision 1: nothing to seed
 
 
-def test_014_runner_with_a_proxy_gets_the_new_sets_proxy_secret():
+def test_014_runner_with_a_proxy_gets_the_new_sets_proxy_secret() -> None:
     ars, sets, runners = objects("arc-0.14.yaml")
     proxy = {"https": {"url": "http://proxy.example.com:3128"}}
     ars = decode(
@@ -216,7 +218,7 @@ def test_014_runner_with_a_proxy_gets_the_new_sets_proxy_secret():
 # --- the integrity-hash era: the set named like the ARS, no revision ------------------------------
 
 
-def test_integrity_era_runners_are_stamped_before_the_revision_is_seeded():
+def test_integrity_era_runners_are_stamped_before_the_revision_is_seeded() -> None:
     ars, sets, runners = objects("arc-integrity.yaml")
     target = sets[0]
     desired = desired_ephemeral_runner_set(ars, OPTIONS, actionable_revision=1)
@@ -242,7 +244,7 @@ def test_integrity_era_runners_are_stamped_before_the_revision_is_seeded():
     }
 
 
-def test_integrity_era_with_a_spec_changed_while_arc_was_stopped():
+def test_integrity_era_with_a_spec_changed_while_arc_was_stopped() -> None:
     ars, sets, runners = objects("arc-integrity.yaml")
     tree = msgspec.to_builtins(ars)
     tree["spec"]["template"]["spec"]["containers"][0]["image"] = "ghcr.io/actions/actions-runner:2.331.0"
@@ -259,7 +261,7 @@ def test_integrity_era_with_a_spec_changed_while_arc_was_stopped():
     assert patch["spec"]["containers"][0]["image"] == "ghcr.io/actions/actions-runner:2.331.0"
 
 
-def test_terminated_and_deleting_runners_are_left_alone():
+def test_terminated_and_deleting_runners_are_left_alone() -> None:
     ars, sets, runners = objects("arc-integrity.yaml")
     done = msgspec.to_builtins(runners[0])
     done["status"]["phase"] = "Failed"
@@ -271,7 +273,7 @@ def test_terminated_and_deleting_runners_are_left_alone():
     assert plan.seed is not None
 
 
-def test_nothing_to_do_for_runnerscales_own_set():
+def test_nothing_to_do_for_runnerscales_own_set() -> None:
     ars, _, runners = objects("arc-integrity.yaml")
     target = created_target(ars)
     desired = desired_ephemeral_runner_set(ars, OPTIONS, actionable_revision=1)
@@ -299,13 +301,15 @@ def test_nothing_to_do_for_runnerscales_own_set():
         (["example.com/keep"], ["example.com/keep", FINALIZER_EPHEMERAL_RUNNER_SET], None, False),
     ],
 )
-def test_runner_set_finalizers(finalizers, live, released, owns):
+def test_runner_set_finalizers(
+    finalizers: list[str], live: list[str] | None, released: list[str] | None, owns: bool
+) -> None:
     assert rs_adopt.live_finalizers(finalizers) == live
     assert rs_adopt.released_finalizers(finalizers) == released
     assert rs_adopt.owns_finalizer(finalizers) is owns
 
 
-def test_runners_wait_while_an_arc_listener_feeds_a_legacy_set():
+def test_runners_wait_while_an_arc_listener_feeds_a_legacy_set() -> None:
     ars, sets, runners = objects("arc-0.14.yaml")
     al = decode(AutoscalingListener, load("arc-0.14.yaml")["AutoscalingListener"][0])
     legacy = [freeze(e, {"spec": {"replicas": 0, "patchID": 3}}) for e in adopt.legacy_runner_sets(ars, sets)]

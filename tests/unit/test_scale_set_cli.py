@@ -57,13 +57,13 @@ def test_environment_fallbacks_use_arcs_names_too() -> None:
         ),
     ],
 )
-def test_missing_or_bad_options_are_errors(argv, named) -> None:
+def test_missing_or_bad_options_are_errors(argv: tuple[str, ...], named: str) -> None:
     with pytest.raises(SettingsError) as err:
         load(*argv, environ={})
     assert err.value.setting.endswith(named)
 
 
-def test_main_exits_2_on_bad_options(monkeypatch, capsys) -> None:
+def test_main_exits_2_on_bad_options(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     for name in (
         "RUNNERSCALE_CONTROLLER_NAMESPACE",
         "CONTROLLER_MANAGER_POD_NAMESPACE",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 import pytest
@@ -13,6 +15,7 @@ from shared.api import (
     AutoscalingRunnerSet,
     AutoscalingRunnerSetPhase,
     AutoscalingRunnerSetStatus,
+    CustomObject,
     EphemeralRunnerSet,
     EphemeralRunnerSetPhase,
     EphemeralRunnerSetStatus,
@@ -26,6 +29,8 @@ from shared.api.constants import (
 )
 from tests.unit.test_scale_set_build import OPTIONS, load_ars
 
+Obj = TypeVar("Obj", bound=CustomObject)
+
 REGISTERED = {
     ANNOTATION_RUNNER_SCALE_SET_ID: "17",
     ANNOTATION_RUNNER_GROUP_NAME: "build-farm",
@@ -33,7 +38,7 @@ REGISTERED = {
 }
 
 
-def stored(obj, **status) -> EphemeralRunnerSet:
+def stored(obj: Obj, **status: Any) -> Obj:
     """What the API server hands back: a JSON round trip, plus server metadata and a status."""
     tree = to_dict(obj)
     tree["metadata"].update(resourceVersion="42", uid="uid-ers", generation=1)
@@ -42,7 +47,9 @@ def stored(obj, **status) -> EphemeralRunnerSet:
     return decode(type(obj), tree)
 
 
-def ars_with(mutate=None, base: str = "ars-dind.yaml", **annotations) -> AutoscalingRunnerSet:
+def ars_with(
+    mutate: Callable[[dict[str, Any]], object] | None = None, /, base: str = "ars-dind.yaml", **annotations: str
+) -> AutoscalingRunnerSet:
     ars = load_ars(base, **{**REGISTERED, **annotations})
     if mutate is not None:
         tree = to_dict(ars)
@@ -51,8 +58,9 @@ def ars_with(mutate=None, base: str = "ars-dind.yaml", **annotations) -> Autosca
     return ars
 
 
-def runner(tree):
-    return next(c for c in tree["spec"]["template"]["spec"]["containers"] if c["name"] == "runner")
+def runner(tree: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = next(c for c in tree["spec"]["template"]["spec"]["containers"] if c["name"] == "runner")
+    return container
 
 
 # --- runner spec drift -> actionable revision ---------------------------------------------------
@@ -76,7 +84,7 @@ def test_unchanged_spec_plans_nothing() -> None:
         pytest.param(lambda t: runner(t).__setitem__("resources", {"limits": {}}), id="empty limits"),
     ],
 )
-def test_semantic_no_op_reencodings_do_not_bump(respell) -> None:
+def test_semantic_no_op_reencodings_do_not_bump(respell: Callable[[dict[str, Any]], object]) -> None:
     """A strict comparison would bump the revision on every reconcile and delete every idle runner."""
     minimal = "ars-minimal.yaml"  # a runner container without env, mounts or resources
     existing = stored(desired_ephemeral_runner_set(ars_with(base=minimal), OPTIONS), phase="Running", currentReplicas=0)
@@ -88,10 +96,10 @@ def test_semantic_no_op_reencodings_do_not_bump(respell) -> None:
 
 
 def test_quantities_compare_by_value() -> None:
-    def base(t):
+    def base(t: dict[str, Any]) -> None:
         runner(t)["resources"] = {"requests": {"memory": "1Gi", "cpu": "1"}}
 
-    def respelled(t):
+    def respelled(t: dict[str, Any]) -> None:
         runner(t)["resources"] = {"requests": {"memory": "1024Mi", "cpu": "1000m"}}
 
     existing = stored(desired_ephemeral_runner_set(ars_with(base), OPTIONS))
@@ -103,25 +111,28 @@ def test_image_change_bumps_revision_by_exactly_one() -> None:
     changed = ars_with(lambda t: runner(t).__setitem__("image", "ghcr.io/actions/actions-runner:2.330.0"))
     plan = decide.plan_ers_update(existing, desired_ephemeral_runner_set(changed, OPTIONS, actionable_revision=4))
     assert plan.new_revision == 5
+    assert plan.patch is not None
     assert plan.patch["spec"]["actionableRevision"] == 5
     assert (
         "replicas" not in plan.patch["spec"] and "patchID" not in plan.patch["spec"]
     )  # the desired-state flow's fields
     containers = plan.patch["spec"]["ephemeralRunnerSpec"]["spec"]["containers"]
     assert any(c["image"] == "ghcr.io/actions/actions-runner:2.330.0" for c in containers)
+    assert plan.spec_drift_path is not None
     assert "containers" in plan.spec_drift_path
 
 
 def test_removed_template_field_is_removed_from_the_ers() -> None:
-    def with_selector(t):
+    def with_selector(t: dict[str, Any]) -> None:
         t["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "ci"}
 
-    def without_selector(t):
+    def without_selector(t: dict[str, Any]) -> None:
         t["spec"]["template"]["spec"].pop("nodeSelector", None)
 
     existing = stored(desired_ephemeral_runner_set(ars_with(with_selector), OPTIONS))
     plan = decide.plan_ers_update(existing, desired_ephemeral_runner_set(ars_with(without_selector), OPTIONS))
     assert plan.new_revision == 2
+    assert plan.patch is not None
     assert plan.patch["spec"]["ephemeralRunnerSpec"]["spec"]["nodeSelector"] is None  # merge patch: null deletes
 
 
@@ -131,6 +142,7 @@ def test_re_registration_reaches_the_ers() -> None:
     plan = decide.plan_ers_update(
         existing, desired_ephemeral_runner_set(ars_with(**{ANNOTATION_RUNNER_SCALE_SET_ID: "99"}), OPTIONS)
     )
+    assert plan.patch is not None
     assert plan.patch["spec"]["ephemeralRunnerSpec"]["runnerScaleSetId"] == 99
     assert plan.new_revision == 2
 
@@ -170,7 +182,9 @@ def test_runner_metadata_change_is_not_a_revision() -> None:
     existing = stored(desired_ephemeral_runner_set(ars_with(), OPTIONS))
     changed = ars_with(lambda t: t["spec"].__setitem__("ephemeralRunnerMetadata", {"labels": {"x": "y"}}))
     plan = decide.plan_ers_update(existing, desired_ephemeral_runner_set(changed, OPTIONS))
+    assert plan.patch is not None
     assert plan.patch["spec"]["ephemeralRunnerMetadata"]["labels"]["x"] == "y"
+    assert existing.spec.ephemeral_runner_metadata is not None
     assert "runner-label" in existing.spec.ephemeral_runner_metadata.labels
     assert plan.patch["spec"]["ephemeralRunnerMetadata"]["labels"]["runner-label"] is None  # removed -> null
     assert plan.new_revision is None
@@ -326,6 +340,7 @@ def test_status_patch_only_when_different() -> None:
     ars.metadata.generation = 1
     status = decide.next_status(ars, None, acted=True)
     patch = decide.status_patch(ars, status)
+    assert patch is not None
     assert patch["status"]["observedGeneration"] == 1 and patch["status"]["phase"] == "Running"
     ars.status = msgspec.convert(patch["status"], AutoscalingRunnerSetStatus)
     assert decide.status_patch(ars, decide.next_status(ars, None, acted=True)) is None
@@ -360,7 +375,7 @@ def test_listener_selector_is_none_when_the_name_cannot_be_a_label_value() -> No
     ok = ars_with()
     assert decide.listener_selector(ok) is not None
 
-    def rename(tree):
+    def rename(tree: dict[str, Any]) -> None:
         tree["metadata"]["name"] = "bad-" + "x" * 60
 
     long_name = ars_with(rename)
@@ -374,6 +389,7 @@ def test_invalid_status_sets_phase_and_condition_and_keeps_its_transition_time()
     ars = ars_with()
     first = decide.invalid_status(ars, "$.spec.minRunners: bad", "2026-01-01T00:00:00Z")
     assert first.phase == "Invalid"
+    assert first.conditions is not None
     [condition] = first.conditions
     assert (condition.type, condition.status, condition.reason) == ("SpecValid", "False", "InvalidSpec")
     assert condition.message == "$.spec.minRunners: bad"

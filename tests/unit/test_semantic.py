@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,9 @@ from shared.semantic import (
 ARC_DATA = Path(__file__).resolve().parent.parent / "data" / "arc"
 
 
-def load(name: str) -> Any:
-    return yaml.safe_load((ARC_DATA / name).read_text())
+def load(name: str) -> dict[str, Any]:
+    tree: dict[str, Any] = yaml.safe_load((ARC_DATA / name).read_text())
+    return tree
 
 
 def store_like_server(tree: Any) -> Any:
@@ -47,28 +49,29 @@ def store_like_server(tree: Any) -> Any:
 
 
 @pytest.fixture
-def template() -> dict:
+def template() -> dict[str, Any]:
     return load("runner-template.yaml")
 
 
 @pytest.fixture
-def desired_pod() -> dict:
+def desired_pod() -> dict[str, Any]:
     return load("listener-pod-desired.yaml")
 
 
 @pytest.fixture
-def live_pod() -> dict:
+def live_pod() -> dict[str, Any]:
     return load("listener-pod-live.yaml")
 
 
-def runner(tree: dict) -> dict:
-    return tree["spec"]["containers"][0]
+def runner(tree: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = tree["spec"]["containers"][0]
+    return container
 
 
 # --- issue 2: empty collections through "server storage" -----------------------------------------
 
 
-def test_explicit_empties_round_trip_through_server_storage_compare_equal(template: dict) -> None:
+def test_explicit_empties_round_trip_through_server_storage_compare_equal(template: dict[str, Any]) -> None:
     template["spec"]["volumes"] = []
     template["spec"]["nodeSelector"] = {}
     runner(template)["env"] = []
@@ -97,7 +100,8 @@ def test_explicit_empties_round_trip_through_server_storage_compare_equal(templa
 
 @pytest.mark.parametrize("empty", [None, [], {}, ""])
 def test_absent_null_and_empty_are_all_the_same(empty: Any) -> None:
-    for other in (None, [], {}, ""):
+    others: tuple[object, ...] = (None, [], {}, "")
+    for other in others:
         assert semantic_equal({"x": empty}, {"x": other})
     assert semantic_equal({"x": empty}, {})
     assert semantic_equal({}, {"x": empty})
@@ -119,12 +123,14 @@ def test_nested_empties_vanish_but_non_empty_siblings_count() -> None:
 # --- issue 2: server defaults on the live listener pod --------------------------------------------
 
 
-def test_server_defaulted_live_pod_is_not_drift(desired_pod: dict, live_pod: dict) -> None:
+def test_server_defaulted_live_pod_is_not_drift(desired_pod: dict[str, Any], live_pod: dict[str, Any]) -> None:
     assert semantic_derivative(desired_pod, live_pod)
     assert first_drift(desired_pod, live_pod) is None
 
 
-def test_guard_server_defaulted_live_pod_is_unequal_under_strict_comparisons(desired_pod: dict, live_pod: dict) -> None:
+def test_guard_server_defaulted_live_pod_is_unequal_under_strict_comparisons(
+    desired_pod: dict[str, Any], live_pod: dict[str, Any]
+) -> None:
     # Guard: tightening the listener comparison to equality must make a test fail, because
     # equality here means deleting and recreating every healthy listener on every reconcile.
     assert desired_pod != live_pod
@@ -147,7 +153,7 @@ def test_guard_server_defaulted_live_pod_is_unequal_under_strict_comparisons(des
     ],
 )
 def test_each_pod_level_server_default_alone_is_not_drift_but_is_inequality(
-    desired_pod: dict, live_pod: dict, default: str
+    desired_pod: dict[str, Any], live_pod: dict[str, Any], default: str
 ) -> None:
     live = copy.deepcopy(desired_pod)
     live["spec"][default] = live_pod["spec"][default]
@@ -157,14 +163,18 @@ def test_each_pod_level_server_default_alone_is_not_drift_but_is_inequality(
 
 
 @pytest.mark.parametrize("default", ["imagePullPolicy", "terminationMessagePath", "terminationMessagePolicy"])
-def test_each_container_server_default_alone_is_not_drift(desired_pod: dict, live_pod: dict, default: str) -> None:
+def test_each_container_server_default_alone_is_not_drift(
+    desired_pod: dict[str, Any], live_pod: dict[str, Any], default: str
+) -> None:
     live = copy.deepcopy(desired_pod)
     runner(live)[default] = runner(live_pod)[default]
     assert semantic_derivative(desired_pod, live)
     assert not semantic_equal(desired_pod, live)
 
 
-def test_kube_api_access_volume_and_mount_appended_is_not_drift(desired_pod: dict, live_pod: dict) -> None:
+def test_kube_api_access_volume_and_mount_appended_is_not_drift(
+    desired_pod: dict[str, Any], live_pod: dict[str, Any]
+) -> None:
     live = copy.deepcopy(desired_pod)
     live["spec"]["volumes"].append(live_pod["spec"]["volumes"][1])
     runner(live)["volumeMounts"].append(runner(live_pod)["volumeMounts"][1])
@@ -172,7 +182,7 @@ def test_kube_api_access_volume_and_mount_appended_is_not_drift(desired_pod: dic
     assert not semantic_equal(desired_pod, live)
 
 
-def test_secret_default_mode_and_port_protocol_defaults_are_not_drift(desired_pod: dict) -> None:
+def test_secret_default_mode_and_port_protocol_defaults_are_not_drift(desired_pod: dict[str, Any]) -> None:
     live = copy.deepcopy(desired_pod)
     live["spec"]["volumes"][0]["secret"]["defaultMode"] = 420
     runner(live)["ports"][0]["protocol"] = "TCP"
@@ -182,23 +192,23 @@ def test_secret_default_mode_and_port_protocol_defaults_are_not_drift(desired_po
 # --- issue 2: real changes are drift under both ---------------------------------------------------
 
 
-def _change_image(pod: dict) -> None:
+def _change_image(pod: dict[str, Any]) -> None:
     runner(pod)["image"] = "ghcr.io/actions/gha-runner-scale-set-controller:0.14.3"
 
 
-def _change_env_value(pod: dict) -> None:
+def _change_env_value(pod: dict[str, Any]) -> None:
     runner(pod)["env"][0]["value"] = "/etc/other/config.json"
 
 
-def _change_quantity(pod: dict) -> None:
+def _change_quantity(pod: dict[str, Any]) -> None:
     runner(pod)["resources"]["limits"]["memory"] = "512Mi"
 
 
-def _add_container(pod: dict) -> None:
+def _add_container(pod: dict[str, Any]) -> None:
     pod["spec"]["containers"].append({"name": "sidecar", "image": "busybox:1.36"})
 
 
-def _change_config_version(pod: dict) -> None:
+def _change_config_version(pod: dict[str, Any]) -> None:
     pod["metadata"]["annotations"]["actions.github.com/listener-config-resource-version"] = "102"
 
 
@@ -212,7 +222,9 @@ def _change_config_version(pod: dict) -> None:
         (_change_config_version, "$.metadata.annotations.actions.github.com/listener-config-resource-version"),
     ],
 )
-def test_real_changes_are_drift_under_both(desired_pod: dict, live_pod: dict, change, where: str) -> None:
+def test_real_changes_are_drift_under_both(
+    desired_pod: dict[str, Any], live_pod: dict[str, Any], change: Callable[[dict[str, Any]], object], where: str
+) -> None:
     changed = copy.deepcopy(desired_pod)
     change(changed)
     # Derivative: the new desired pod against the live pod built from the old one.
@@ -234,7 +246,9 @@ def test_real_changes_are_drift_under_both(desired_pod: dict, live_pod: dict, ch
         lambda t: t["spec"]["initContainers"][1]["env"].append({"name": "DOCKER_OPTS", "value": "--mtu=1400"}),
     ],
 )
-def test_runner_template_changes_are_inequality_and_drift(template: dict, change) -> None:
+def test_runner_template_changes_are_inequality_and_drift(
+    template: dict[str, Any], change: Callable[[dict[str, Any]], object]
+) -> None:
     changed = copy.deepcopy(template)
     change(changed)
     assert not semantic_equal(template, changed)
@@ -249,7 +263,7 @@ def test_runner_template_changes_are_inequality_and_drift(template: dict, change
     ("a", "b"),
     [("1Gi", "1024Mi"), ("500m", "0.5"), ("1", 1), ("1000m", 1), ("2", 2.0), ("1e3", "1k"), ("0.5", 0.5)],
 )
-def test_resource_quantities_compare_by_value(a, b) -> None:
+def test_resource_quantities_compare_by_value(a: str | int | float, b: str | int | float) -> None:
     assert semantic_equal({"resources": {"limits": {"cpu": a}}}, {"resources": {"limits": {"cpu": b}}})
     assert semantic_equal({"resources": {"requests": {"memory": a}}}, {"resources": {"requests": {"memory": b}}})
     assert semantic_equal({"overhead": {"cpu": a}}, {"overhead": {"cpu": b}})
@@ -257,7 +271,7 @@ def test_resource_quantities_compare_by_value(a, b) -> None:
     assert semantic_derivative({"resources": {"limits": {"cpu": a}}}, {"resources": {"limits": {"cpu": b}}})
 
 
-def test_quantities_in_the_realistic_template(template: dict) -> None:
+def test_quantities_in_the_realistic_template(template: dict[str, Any]) -> None:
     changed = copy.deepcopy(template)
     runner(changed)["resources"]["limits"]["memory"] = "8192Mi"
     runner(changed)["resources"]["requests"]["cpu"] = 2
@@ -311,7 +325,7 @@ def test_int_and_whole_float_are_equal_because_the_server_reencodes_them() -> No
 
 
 @pytest.mark.parametrize(("a", "b"), [(True, 1), (False, 0), (1, True), (True, 1.0), (True, "true"), (1, "1")])
-def test_booleans_and_numbers_and_strings_are_strict(a, b) -> None:
+def test_booleans_and_numbers_and_strings_are_strict(a: object, b: object) -> None:
     assert not semantic_equal({"x": a}, {"x": b})
     assert not semantic_derivative({"x": a}, {"x": b})
 
@@ -326,7 +340,7 @@ def test_type_mismatches_never_raise() -> None:
     assert not semantic_derivative({"a": "x"}, {"a": ["x"]})
 
 
-def test_key_order_and_serialisation_details_do_not_matter(template: dict) -> None:
+def test_key_order_and_serialisation_details_do_not_matter(template: dict[str, Any]) -> None:
     # Seed 000: a hash changes "whenever unrelated serialization details change"; this must not.
     reordered = json.loads(json.dumps(template, sort_keys=True))
     reordered["spec"] = dict(reversed(list(reordered["spec"].items())))
@@ -361,7 +375,9 @@ def test_empty_desired_fields_are_ignored_even_when_live_has_values() -> None:
     assert semantic_derivative({}, {"anything": True})
 
 
-def test_removing_a_field_from_desired_is_invisible_to_the_derivative(desired_pod: dict, live_pod: dict) -> None:
+def test_removing_a_field_from_desired_is_invisible_to_the_derivative(
+    desired_pod: dict[str, Any], live_pod: dict[str, Any]
+) -> None:
     # Seed 004: "DeepDerivative ignores empty values on the desired side, so a field being removed is
     # invisible to it" — harmless for template fields, because the scale-set worker compares the whole
     # listener spec with semantic_equal and replaces the listener when it changes.
@@ -372,7 +388,9 @@ def test_removing_a_field_from_desired_is_invisible_to_the_derivative(desired_po
     assert not semantic_equal(fewer, desired_pod)
 
 
-def test_removed_metrics_port_needs_the_separate_count_check(desired_pod: dict, live_pod: dict) -> None:
+def test_removed_metrics_port_needs_the_separate_count_check(
+    desired_pod: dict[str, Any], live_pod: dict[str, Any]
+) -> None:
     # Seed 000/004: ports come from a controller flag, not from a resource; with metrics turned off
     # the desired pod has no port, the derivative cannot see that, and only the count check can.
     no_metrics = copy.deepcopy(desired_pod)
@@ -381,7 +399,9 @@ def test_removed_metrics_port_needs_the_separate_count_check(desired_pod: dict, 
     assert container_port_counts_differ(no_metrics["spec"], live_pod["spec"])
 
 
-def test_port_count_check_ignores_server_defaulted_protocol(desired_pod: dict, live_pod: dict) -> None:
+def test_port_count_check_ignores_server_defaulted_protocol(
+    desired_pod: dict[str, Any], live_pod: dict[str, Any]
+) -> None:
     # "comparing contents would reintroduce the loop, since the API server defaults protocol to TCP"
     assert runner(desired_pod)["ports"] != runner(live_pod)["ports"]
     assert not container_port_counts_differ(desired_pod["spec"], live_pod["spec"])
@@ -390,7 +410,9 @@ def test_port_count_check_ignores_server_defaulted_protocol(desired_pod: dict, l
     assert container_port_counts_differ(added["spec"], live_pod["spec"])
 
 
-def test_prepopulating_defaults_would_not_make_equality_work(desired_pod: dict, live_pod: dict) -> None:
+def test_prepopulating_defaults_would_not_make_equality_work(
+    desired_pod: dict[str, Any], live_pod: dict[str, Any]
+) -> None:
     # Seed 004: nodeName is scheduler-assigned and the access-token volume has a generated name.
     padded = copy.deepcopy(desired_pod)
     for key in (
@@ -408,7 +430,9 @@ def test_prepopulating_defaults_would_not_make_equality_work(desired_pod: dict, 
     assert first_difference(padded["spec"], live_pod["spec"]) is not None
 
 
-def test_missing_config_version_annotation_on_live_pod_is_drift(desired_pod: dict, live_pod: dict) -> None:
+def test_missing_config_version_annotation_on_live_pod_is_drift(
+    desired_pod: dict[str, Any], live_pod: dict[str, Any]
+) -> None:
     # Seed 004: a live pod predating the annotation is recreated once; an absent desired one is ignored.
     legacy = copy.deepcopy(live_pod)
     del legacy["metadata"]["annotations"]
@@ -430,7 +454,7 @@ def test_foreign_metadata_keys_do_not_cause_a_patch_loop() -> None:
     assert not semantic_derivative({"labels": {"app": "y"}}, merged_live)
 
 
-def test_identical_trees_short_circuit(template: dict) -> None:
+def test_identical_trees_short_circuit(template: dict[str, Any]) -> None:
     assert semantic_equal(template, template)
     assert semantic_equal(template, copy.deepcopy(template))
     assert semantic_derivative(template, copy.deepcopy(template))
@@ -442,8 +466,8 @@ def test_first_difference_reports_extra_keys_on_either_side() -> None:
     assert first_drift({"a": {"b": 1}}, {"a": {}}) == "$.a.b"
 
 
-def test_api_structs_compare_as_their_json(template: dict) -> None:
-    def spec(pod_spec: dict) -> EphemeralRunnerSpec:
+def test_api_structs_compare_as_their_json(template: dict[str, Any]) -> None:
+    def spec(pod_spec: dict[str, Any]) -> EphemeralRunnerSpec:
         return EphemeralRunnerSpec(
             github_config_url="https://github.com/o/r", github_config_secret="s", runner_scale_set_id=1, spec=pod_spec
         )

@@ -118,7 +118,8 @@ def subset(desired: Any, live: Any) -> bool:
             and len(desired) <= len(live)
             and all(subset(d, v) for d, v in zip(desired, live, strict=False))
         )
-    return desired == live
+    same: bool = desired == live
+    return same
 
 
 def test_equal_agrees_with_canonical_form() -> None:

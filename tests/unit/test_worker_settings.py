@@ -25,7 +25,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def test_defaults_env_and_flags():
+def test_defaults_env_and_flags() -> None:
     s = load_worker_settings(parse([]), environ={"POD_NAME": "pod-7", "RUNNERSCALE_WATCH_NAMESPACES": "a, b"})
     assert s.replica_id == "pod-7"
     assert s.namespaces == ("a", "b")
@@ -64,13 +64,13 @@ def test_defaults_env_and_flags():
         (["--reconcile-timeout", "0"], "RUNNERSCALE_RECONCILE_TIMEOUT"),
     ],
 )
-def test_bad_settings_name_the_setting(argv, env_name):
+def test_bad_settings_name_the_setting(argv: list[str], env_name: str) -> None:
     with pytest.raises(SettingsError) as err:
         load_worker_settings(parse(argv), environ={})
     assert env_name in str(err.value)
 
 
-def test_listen_addr():
+def test_listen_addr() -> None:
     assert parse_listen_addr("0") is None
     assert parse_listen_addr(":8080") == ("0.0.0.0", 8080)
     assert parse_listen_addr("127.0.0.1:0") == ("127.0.0.1", 0)
@@ -78,7 +78,7 @@ def test_listen_addr():
         parse_listen_addr("8080")
 
 
-def test_proxy_url_selection():
+def test_proxy_url_selection() -> None:
     proxy = ProxyConfig(
         http=ProxyServerConfig(url="http://proxy:3128"),
         https=ProxyServerConfig(url="http://sproxy:3129", credential_secret_ref="creds"),
@@ -92,7 +92,7 @@ def test_proxy_url_selection():
     assert proxy_url_for("https://github.com/org", None, {}) is None
 
 
-def test_default_key_of():
+def test_default_key_of() -> None:
     ref = ResourceRef("ns", "set")
     assert default_key_of(DesiredState(scale_set_id=1, ers=ref, patch_id=0, replicas=1, listener_epoch=1)) == ObjectKey(
         "ns", "set"
