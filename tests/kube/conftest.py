@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from services.embedded.apiserver import EmulatorControl
 from shared.api import EphemeralRunnerSet, EphemeralRunnerSetSpec, EphemeralRunnerSpec, ObjectMeta, OwnerReference
 from shared.kube import ApiReader, ApiWriter, KubeClient
 from tests.fixtures.apiserver import KubeApi
@@ -32,7 +33,7 @@ def writer(kube: KubeClient) -> ApiWriter:
 
 
 @pytest.fixture
-def control(kube_api: KubeApi) -> Iterator[Any]:
+def control(kube_api: KubeApi) -> Iterator[EmulatorControl]:
     """The emulator's fault-injection handle (skips against a real cluster); reset after the test."""
     ctl = kube_api.require_emulator()
     ctl.clear_faults()

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import re
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from services.embedded.apiserver import EmulatorControl
 from shared.kube import (
     EPHEMERAL_RUNNER_SETS,
     AlreadyExists,
@@ -30,6 +32,7 @@ from shared.kube import (
     Timeout,
     translate_status,
 )
+from tests.fixtures.apiserver import KubeApi
 
 from .conftest import ers
 
@@ -115,7 +118,7 @@ def test_a_non_status_body_still_gives_a_typed_error() -> None:
     [(409, Conflict), (429, Throttled), (500, ServerError), (503, ServerError), (504, Timeout), (403, Forbidden)],
 )
 async def test_injected_statuses_arrive_typed(
-    control: Any, reader: ApiReader, namespace: str, code: int, expected: type[KubeError]
+    control: EmulatorControl, reader: ApiReader, namespace: str, code: int, expected: type[KubeError]
 ) -> None:
     control.add_fault(
         action="error",
@@ -134,7 +137,7 @@ async def test_injected_statuses_arrive_typed(
         await reader.get(EPHEMERAL_RUNNER_SETS, f"{namespace}/x")
 
 
-async def test_slow_server_gives_timeout(control: Any, kube_api: Any, namespace: str) -> None:
+async def test_slow_server_gives_timeout(control: EmulatorControl, kube_api: KubeApi, namespace: str) -> None:
     control.add_fault(
         action="latency", delay_seconds=2.0, verb="list", resource="ephemeralrunnersets", namespace=namespace
     )
@@ -153,7 +156,7 @@ async def test_unreachable_server_gives_connection_failed() -> None:
     assert caught.value.request == "GET ephemeralrunnersets.actions.github.com ns/x"
 
 
-async def test_closed_client_and_bad_kubeconfig(tmp_path: Any, kube: KubeClient) -> None:
+async def test_closed_client_and_bad_kubeconfig(tmp_path: Path, kube: KubeClient) -> None:
     await kube.close()
     await kube.close()  # idempotent
     with pytest.raises(ConnectionFailed, match="closed"):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from services.embedded.apiserver import EmulatorControl
 from shared.kube import (
     EPHEMERAL_RUNNER_SETS,
     EVENTS,
@@ -72,7 +71,7 @@ async def test_a_vanished_event_is_recreated_and_inside_retry_it_is_allowed(
 
 
 async def test_recording_failures_are_swallowed(
-    control: Any, reader: ApiReader, writer: ApiWriter, namespace: str
+    control: EmulatorControl, reader: ApiReader, writer: ApiWriter, namespace: str
 ) -> None:
     control.add_fault(action="error", code=500, verb="create", resource="events", namespace=namespace, times=1)
     recorder = EventRecorder(writer, "w")
@@ -84,7 +83,7 @@ async def test_recording_failures_are_swallowed(
 
 
 async def test_a_terminating_namespace_gets_one_refused_write_then_none(
-    control: Any, reader: ApiReader, writer: ApiWriter, namespace: str
+    control: EmulatorControl, reader: ApiReader, writer: ApiWriter, namespace: str
 ) -> None:
     """403 "being terminated": the recorder stops writing into that namespace (one log line), instead
     of one refused write and one warning per Event, forever (issue 11)."""

@@ -9,6 +9,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import pytest
 
+from services.embedded.apiserver import EmulatorControl
 from shared.kube import EPHEMERAL_RUNNER_SETS, ApiReader, ApiWriter, Change, ChangeType, Informer, KubeClient, ObjectKey
 from shared.kube.informer import is_stale
 
@@ -122,7 +123,12 @@ async def test_handlers_see_added_modified_deleted_in_order(
 
 
 async def test_converges_after_dropped_streams_without_relisting(
-    kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: StartInformer, control: Any
+    kube: KubeClient,
+    reader: ApiReader,
+    writer: ApiWriter,
+    namespace: str,
+    running: StartInformer,
+    control: EmulatorControl,
 ) -> None:
     informer = await running(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))
     for i in range(20):
@@ -152,7 +158,12 @@ async def test_converges_after_dropped_streams_without_relisting(
 
 
 async def test_relists_after_compaction_and_converges(
-    kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: StartInformer, control: Any
+    kube: KubeClient,
+    reader: ApiReader,
+    writer: ApiWriter,
+    namespace: str,
+    running: StartInformer,
+    control: EmulatorControl,
 ) -> None:
     for i in range(3):
         await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, f"c{i}"))
@@ -178,7 +189,12 @@ async def test_relists_after_compaction_and_converges(
 
 
 async def test_converges_under_watch_lag(
-    kube: KubeClient, reader: ApiReader, writer: ApiWriter, namespace: str, running: StartInformer, control: Any
+    kube: KubeClient,
+    reader: ApiReader,
+    writer: ApiWriter,
+    namespace: str,
+    running: StartInformer,
+    control: EmulatorControl,
 ) -> None:
     informer = await running(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))
     control.settings(watch_lag_seconds=1.5)
@@ -190,7 +206,7 @@ async def test_converges_under_watch_lag(
 
 
 async def test_bookmarks_advance_the_resume_point(
-    kube: KubeClient, writer: ApiWriter, namespace: str, running: StartInformer, control: Any
+    kube: KubeClient, writer: ApiWriter, namespace: str, running: StartInformer, control: EmulatorControl
 ) -> None:
     previous = control.settings()["bookmark_interval_seconds"]
     control.settings(bookmark_interval_seconds=0.2)

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
+from services.embedded.apiserver import EmulatorControl
 from shared.bus import Bus, BusSettings, NotOwner, ShardOwnership
 from shared.kube import (
     LEASES,
@@ -34,6 +35,7 @@ from shared.kube.leases import (
 )
 from tests.bus.replicas import OwnershipMonitor
 from tests.fixtures.apiserver import KubeApi
+from tests.fixtures.nats import NatsServer
 from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.anyio
@@ -524,7 +526,9 @@ async def test_racing_replicas_never_create_an_object_twice_when_one_dies_mid_fl
     assert finished_after >= TIMING.validity  # the crasher's and zombie's keys waited for expiry
 
 
-async def test_lease_faults_never_cause_double_ownership(kube_api: KubeApi, namespace: str, control: Any) -> None:
+async def test_lease_faults_never_cause_double_ownership(
+    kube_api: KubeApi, namespace: str, control: EmulatorControl
+) -> None:
     """409s, 500s, slow answers and answers slower than the request deadline on the lease API:
     shards may lapse and move, but the monitor never sees a shard held twice, and the replicas
     settle once the faults are spent."""
@@ -536,7 +540,7 @@ async def test_lease_faults_never_cause_double_ownership(kube_api: KubeApi, name
         for r in replicas:
             await tg.start(r.run)
         await wait_for(lambda: balanced(replicas), describe=lambda: coverage(replicas))
-        scope = dict(resource="leases", namespace=namespace)
+        scope: dict[str, Any] = dict(resource="leases", namespace=namespace)
         rules = [
             control.add_fault(action="error", code=409, verb="patch", times=25, **scope),
             control.add_fault(action="error", code=500, verb="patch", times=25, **scope),
@@ -557,7 +561,7 @@ async def test_lease_faults_never_cause_double_ownership(kube_api: KubeApi, name
 
 
 async def test_failing_lists_alone_do_not_stop_a_replica_acting(
-    kube_api: KubeApi, namespace: str, control: Any
+    kube_api: KubeApi, namespace: str, control: EmulatorControl
 ) -> None:
     """Lists of the lease API fail for longer than the validity while writes still work: the
     replica keeps renewing what it claims and acts on its shards throughout."""
@@ -606,7 +610,7 @@ async def test_the_lease_namespace_is_created_when_missing(
         await writer.delete(NAMESPACES, ObjectKey("", lease_ns), missing_ok=True)
 
 
-async def test_ownership_survives_a_nats_outage(kube_api: KubeApi, namespace: str, nats_server: Any) -> None:
+async def test_ownership_survives_a_nats_outage(kube_api: KubeApi, namespace: str, nats_server: NatsServer) -> None:
     """THE point of Kubernetes Leases: with nats-server stopped, NATS KV ownership drops (shown for
     contrast) while Kubernetes-lease ownership stays put and keeps renewing."""
     group = group_name()

@@ -4,7 +4,7 @@ wire, optimistic locking, retry_on_conflict, the status subresource, deletes and
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -26,6 +26,7 @@ from shared.kube import (
     ObjectKey,
     retry_on_conflict,
 )
+from tests.fixtures.apiserver import KubeApi
 from tests.support.eventually import eventually
 
 from .conftest import ers, pod
@@ -70,7 +71,7 @@ async def test_create_conflicts_and_missing_objects_are_typed_errors(
 
 
 @pytest.fixture
-async def recording_proxy(kube_api: Any) -> AsyncIterator[tuple[str, list[tuple[str, str, str]]]]:
+async def recording_proxy(kube_api: KubeApi) -> AsyncIterator[tuple[str, list[tuple[str, str, str]]]]:
     """A reverse proxy in front of the API server that records (method, path, Content-Type); it
     forwards to ``kube_api.url``, plain HTTP on both servers (a kubectl proxy adds credentials)."""
     seen: list[tuple[str, str, str]] = []
@@ -103,7 +104,9 @@ async def recording_proxy(kube_api: Any) -> AsyncIterator[tuple[str, list[tuple[
         await session.close()
 
 
-async def test_custom_resource_patches_are_merge_patches_on_the_wire(recording_proxy: Any, namespace: str) -> None:
+async def test_custom_resource_patches_are_merge_patches_on_the_wire(
+    recording_proxy: tuple[str, list[tuple[str, str, str]]], namespace: str
+) -> None:
     url, seen = recording_proxy
     async with KubeClient.from_url(url, request_timeout=10) as kube:
         writer = ApiWriter(kube)
@@ -156,7 +159,7 @@ async def test_merge_patch_replaces_lists_and_null_deletes(
 
 
 async def test_two_writers_the_stale_one_conflicts(
-    kube_api: Any, reader: ApiReader, writer: ApiWriter, namespace: str
+    kube_api: KubeApi, reader: ApiReader, writer: ApiWriter, namespace: str
 ) -> None:
     await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "race"))
     async with await KubeClient.from_kubeconfig(kube_api.kubeconfig, request_timeout=10) as other:
@@ -367,7 +370,7 @@ async def test_delete_propagation_policy_is_sent(reader: ApiReader, writer: ApiW
     assert await reader.get_or_none(SECRETS, f"{namespace}/child") is None
 
 
-async def test_connect_prefers_in_cluster_config_inside_a_pod(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+async def test_connect_prefers_in_cluster_config_inside_a_pod(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from shared.kube import ConnectionFailed
 
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
