@@ -17,7 +17,7 @@ install: $(STAMP)
 
 ## Run the whole test suite: lint, format, layer contracts and types first (fast fail), then
 ## pytest (unit, conformance, contract, bus, scenario, end to end). ruff checks the whole tree
-## (tests and services/embedded too); mypy leaves tests/ out (pyproject.toml says why). The
+## (tests and services/embedded too); mypy checks shared, services and the test packages listed in pyproject.toml. The
 ## Kubernetes-facing tests run on the emulator and on a real control plane; pytest builds that
 ## (the `controlplane` target's work, cached) in the background while the other tests run, and
 ## stops at once with a hint if Go is missing.
