@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.fixtures.apiserver",
     "tests.fixtures.actions_sim",
     "tests.fixtures.cpu_load",
+    "tests.fixtures.one_patch",
 ]
 
 

@@ -3,9 +3,12 @@
 One pass of :meth:`ScaleSetReconciler.reconcile` for an AutoscalingRunnerSet key:
 
 1. GET the ARS (uncached). Gone → done. Deleting → the deletion chain (:meth:`_finalize`).
-2. Finalizer; validation (invalid → Event + status Pending, no service call, no requeue).
+2. Finalizer (added alone: the pass ends there); validation (invalid → Event + status Invalid,
+   no service call, no requeue).
 3. Registration with the Actions service: get-or-create by name, runner group / name drift,
-   re-registration when the recorded scale set no longer exists.
+   re-registration when the recorded scale set no longer exists. A pass that patched the ARS
+   metadata here ends (status Pending for a new generation) and the next one goes on: one
+   metadata and one status patch per pass (README "Worker runtime").
 4. The EphemeralRunnerSet: create at revision 1, or patch drift (runner spec change → revision + 1,
    RevisionPublished on the bus). What Go ARC left (its ``<ARS>-<random>`` sets, a set at revision
    0, their runners) is taken over on the way (adopt.py, README "Switching from ARC").
@@ -66,6 +69,7 @@ from shared.kube import (
     DONE,
     EPHEMERAL_RUNNER_SETS,
     EPHEMERAL_RUNNERS,
+    NEXT_PASS,
     ROLE_BINDINGS,
     ROLES,
     SECRETS,
@@ -199,7 +203,11 @@ class ScaleSetReconciler:
         if ars.metadata.is_deleting:
             self._arc_free.discard(ars.metadata.uid)
             return await self._finalize(ars)
-        ars = await self.writer.add_finalizer(AUTOSCALING_RUNNER_SETS, ars, FINALIZER_AUTOSCALING_RUNNER_SET)
+        if FINALIZER_AUTOSCALING_RUNNER_SET not in ars.metadata.finalizers:
+            # The finalizer is on the object before anything exists at the service. One metadata
+            # patch per pass (README "Worker runtime"): the next pass, right away, goes on.
+            await self.writer.add_finalizer(AUTOSCALING_RUNNER_SETS, ars, FINALIZER_AUTOSCALING_RUNNER_SET)
+            return NEXT_PASS
 
         problems = decide.spec_problems(ars)
         if problems:
@@ -216,11 +224,8 @@ class ScaleSetReconciler:
             await self._write_status(ars, decide.invalid_status(ars, message, now))
             return DONE
 
-        if decide.generation_pending(ars):
-            ars = await self._write_status(ars, decide.pending_status(ars))
-
         try:
-            ars = await self._ensure_registration(ars)
+            ars, registered = await self._ensure_registration(ars)
         except _CredentialsProblem as exc:
             log.warning(
                 "cannot register the scale set",
@@ -236,16 +241,25 @@ class ScaleSetReconciler:
             # A sick or garbled service: say so on the object, then retry with the controller's backoff.
             self.metrics.service_errors.labels(type(exc).__name__).inc()
             await self.events.warning(ars, "ActionsServiceError", f"{type(exc).__name__}: {exc}")
+            if decide.generation_pending(ars):
+                await self._write_status(ars, decide.pending_status(ars))
             raise
+        if registered:
+            # The pass wrote what the service said on the ARS (its one metadata patch); the next
+            # pass builds from it.
+            if decide.generation_pending(ars):
+                await self._write_status(ars, decide.pending_status(ars))
+            return NEXT_PASS
 
         patch = adopt.ars_cleanup_patch(ars)  # ARC's fingerprints (README "Switching from ARC")
         if patch is not None:
-            ars = await self.writer.patch_merge(
+            await self.writer.patch_merge(
                 AUTOSCALING_RUNNER_SETS,
                 AUTOSCALING_RUNNER_SETS.key_of(ars),
                 patch,
                 resource_version=ars.metadata.resource_version,
             )
+            return NEXT_PASS
         try:
             ers = await self._ensure_runner_set(ars)
             if ers is None or ers.metadata.is_deleting:
@@ -297,10 +311,12 @@ class ScaleSetReconciler:
         except ActionsCredentialsUnavailable as exc:
             raise _CredentialsProblem("CredentialsUnavailable", str(exc)) from None
 
-    async def _ensure_registration(self, ars: AutoscalingRunnerSet) -> AutoscalingRunnerSet:
+    async def _ensure_registration(self, ars: AutoscalingRunnerSet) -> tuple[AutoscalingRunnerSet, bool]:
+        """The ARS and whether this pass patched its metadata (at most once: registration, a runner
+        group move or a rename; a second drift waits for the next pass)."""
         key = AUTOSCALING_RUNNER_SETS.key_of(ars)
         if decide.needs_registration(ars):
-            return await self._register(ars, reason="")
+            return await self._register(ars, reason=""), True
         now = self.clock.monotonic()
         last = self._verified.get(key)
         if decide.generation_pending(ars) or last is None or now - last >= self.verify_interval:
@@ -310,9 +326,8 @@ class ScaleSetReconciler:
             except ScaleSetNotFoundError:
                 found = None
             if found is None:
-                return await self._register(
-                    ars, reason=f"scale set {scale_set_id_of(ars)} no longer exists at the Actions service"
-                )
+                reason = f"scale set {scale_set_id_of(ars)} no longer exists at the Actions service"
+                return await self._register(ars, reason=reason), True
             self._verified[key] = now
         if decide.runner_group_drifted(ars):
             client = await self._client(ars)
@@ -320,7 +335,7 @@ class ScaleSetReconciler:
             try:
                 updated = await client.update_scale_set(scale_set_id_of(ars), runner_group_id=group_id)
             except ScaleSetNotFoundError:
-                return await self._register(ars, reason="scale set vanished during a runner group update")
+                return await self._register(ars, reason="scale set vanished during a runner group update"), True
             self.metrics.service_updates.labels("runner_group").inc()
             group_name = updated.runner_group_name or ars.spec.runner_group or "default"
             await self.events.normal(
@@ -332,19 +347,21 @@ class ScaleSetReconciler:
                     updated.id, updated.name or effective_scale_set_name(ars), group_name
                 ),
             )
+            return ars, True
         if decide.scale_set_name_drifted(ars):
             client = await self._client(ars)
             name = effective_scale_set_name(ars)
             try:
                 updated = await client.update_scale_set(scale_set_id_of(ars), name=name)
             except ScaleSetNotFoundError:
-                return await self._register(ars, reason="scale set vanished during a rename")
+                return await self._register(ars, reason="scale set vanished during a rename"), True
             self.metrics.service_updates.labels("name").inc()
             await self.events.normal(
                 ars, "ScaleSetRenamed", f"scale set {updated.id} renamed to {updated.name or name!r}"
             )
             ars = await self._patch_ars_meta(ars, annotations={ANNOTATION_RUNNER_SCALE_SET_NAME: updated.name or name})
-        return ars
+            return ars, True
+        return ars, False
 
     async def _group_id(self, client: ActionsClient, ars: AutoscalingRunnerSet) -> int:
         try:
@@ -708,12 +725,8 @@ class ScaleSetReconciler:
                     f"deleting scale set {scale_set_id} failed ({type(exc).__name__}: {exc}); retrying",
                 )
                 raise
-            ars = await self.writer.patch_merge(
-                AUTOSCALING_RUNNER_SETS,
-                key,
-                {"metadata": {"annotations": {ANNOTATION_RUNNER_SCALE_SET_ID: None}}},
-                resource_version=ars.metadata.resource_version,
-            )
+            # The id annotation is not removed here: a pass that stops before the finalizer goes asks
+            # the service again, which answers "not found" (handled above). One patch per pass.
         for annotation, resource in CLEANUP_DEPENDENTS:
             name = ars.metadata.annotations.get(annotation)
             if not name:

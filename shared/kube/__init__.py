@@ -10,6 +10,7 @@ async with await KubeClient.connect(kubeconfig) as kube:
 from shared.kube.client import DEFAULT_REQUEST_TIMEOUT, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
 from shared.kube.controller import (
     DONE,
+    NEXT_PASS,
     Controller,
     For,
     Outcome,
@@ -83,6 +84,7 @@ __all__ = [
     "LEASES",
     "MERGE_PATCH",
     "NAMESPACES",
+    "NEXT_PASS",
     "PODS",
     "RESOURCE_BY_KIND",
     "ROLES",

@@ -23,6 +23,9 @@ The controller, not the reconciler, owns what every reconcile needs (README "Wor
   When every attempt met a 409 the key is retried with its backoff (outcome ``conflict``).
 - **Deadline.** ``timeout`` bounds one reconcile, retries included (outcome ``timeout``, retried
   with backoff).
+- **One patch per part.** The patches of each attempt are recorded (shared/kube/ledger.py); an
+  object patched twice in the same part (metadata/spec, or status) in one attempt is counted in
+  ``runnerscale_reconcile_repeated_patches_total`` and logged.
 - **Outcomes.** Each reconcile ends in exactly one :class:`Outcome`, the ``result`` label of
   ``controller_runtime_reconcile_total``. A raised error is logged with the key and retried with
   per-key exponential backoff (a server's Retry-After wins); the loop never crashes.
@@ -50,6 +53,7 @@ from prometheus_client import CollectorRegistry
 from shared.api.constants import GROUP
 from shared.kube.errors import Conflict, Throttled
 from shared.kube.informer import Change, Informer
+from shared.kube.ledger import recording, repeated_patches
 from shared.kube.metrics import controller_metrics
 from shared.kube.resources import InvalidKey, ObjectKey
 from shared.kube.workqueue import QueueShutDown, WorkQueue
@@ -58,6 +62,9 @@ from shared.log import StructLogger, get_logger
 from shared.shards import NotOwner
 
 log = get_logger(__name__)
+
+#: Logged (with the objects) when one reconcile attempt patched an object twice in one part.
+REPEATED_PATCHES_MESSAGE = "one reconcile patched the same object more than once"
 
 #: Attempts of one reconcile when writes meet 409 Conflict (client-go's DefaultRetry has 5 steps).
 CONFLICT_ATTEMPTS = 5
@@ -72,6 +79,10 @@ class Result:
 
 #: The reconcile is done until something changes.
 DONE = Result()
+
+#: Run again right away: the pass made its one patch of a part and the next pass continues from it
+#: (README "Worker runtime"; the patch's own watch event would wake the key too, later).
+NEXT_PASS = Result(requeue_after=0.0)
 
 
 class Outcome(StrEnum):
@@ -349,7 +360,19 @@ class Controller:
             nonlocal attempt
             attempt += 1
             ctx = ReconcileContext(self.name, attempt, deadline, bound)
-            return await self.reconcile(key, ctx)
+            with recording() as patches:
+                try:
+                    return await self.reconcile(key, ctx)
+                finally:
+                    repeated = repeated_patches(patches)
+                    if repeated:
+                        # The rule of README "Worker runtime": one metadata/spec and one status patch
+                        # per object per reconcile. Said, never enforced: the writes are already made.
+                        self._metrics.repeated_patches_total.labels(self.name).inc(len(repeated))
+                        bound.warning(
+                            REPEATED_PATCHES_MESSAGE,
+                            patches=[r.describe() for r in repeated],
+                        )
 
         def conflicted(exc: Conflict, tried: int) -> None:
             self._metrics.conflicts_total.labels(self.name).inc()

@@ -26,6 +26,7 @@ class ControllerMetrics:
     queue_retries_total: Counter
     skipped_total: Counter  # keys not owned by this replica
     conflicts_total: Counter  # 409s that re-ran a reconcile from fresh reads
+    repeated_patches_total: Counter  # objects patched twice in one part by one reconcile attempt
 
 
 _lock = threading.Lock()
@@ -94,6 +95,13 @@ def controller_metrics(registry: CollectorRegistry | None = None) -> ControllerM
             conflicts_total=Counter(
                 "runnerscale_controller_conflicts_total",
                 "Writes answered 409 Conflict: the reconcile re-read and decided again",
+                ["controller"],
+                registry=registry,
+            ),
+            repeated_patches_total=Counter(
+                "runnerscale_reconcile_repeated_patches_total",
+                "Objects one reconcile attempt patched more than once in the same part (metadata/spec or"
+                " status); the rule is one patch per part",
                 ["controller"],
                 registry=registry,
             ),

@@ -27,6 +27,7 @@ from shared.api import to_dict
 from shared.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
 from shared.kube.codec import decode_object, object_body
 from shared.kube.errors import BadRequest, Conflict, LocklessWrite, NotFound
+from shared.kube.ledger import note_patch
 from shared.kube.resources import ObjectKey, Resource
 
 T = TypeVar("T")
@@ -120,6 +121,7 @@ class ApiWriter:
         what = resource.describe("PATCH", key, subresource)
         _require_lock(what, bool(resource_version))
         body = with_resource_version(patch, resource_version)
+        note_patch(resource.qualified, key, subresource)
         data = await self.client.request(
             "PATCH",
             resource.object_path(key, subresource),
@@ -198,6 +200,7 @@ class ApiWriter:
         if not key.name:
             raise BadRequest(what, "replace needs metadata.name")
         tree["apiVersion"], tree["kind"] = resource.api_version, resource.kind
+        note_patch(resource.qualified, key, "")
         data = await self.client.request("PUT", resource.object_path(key), what=what, body=tree, timeout=timeout)
         return decode_object(resource, data, what)
 

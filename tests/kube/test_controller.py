@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -30,6 +31,7 @@ from shared.kube import (
     Result,
     WakeUps,
 )
+from shared.kube.controller import REPEATED_PATCHES_MESSAGE
 from shared.shards import NotOwner
 
 from .conftest import ers, eventually, pod
@@ -423,3 +425,52 @@ async def test_a_write_without_a_precondition_is_refused_inside_every_reconcile(
     )
     assert b'"x":"y"' not in stored  # refused before it was sent
     assert outcome(registry, "guard-test", "error") == 1
+
+
+@pytest.mark.repeated_patches_expected
+async def test_two_patches_of_one_part_in_one_reconcile_are_counted_and_logged(
+    writer: ApiWriter, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The one-patch-per-part rule (README "Worker runtime"): a reconcile that patches one object's
+    metadata twice is counted and logged with the object; one metadata and one status patch of the
+    same object, or one patch each of two objects, are not."""
+    registry = CollectorRegistry()
+    send, source = wake_ups()
+    done: list[str] = []
+    for name in ("twice", "once-each", "other"):
+        await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, name))
+
+    async def label(key: ObjectKey, value: str) -> None:
+        stored = await writer.client.request("GET", EPHEMERAL_RUNNER_SETS.object_path(key), what="GET")
+        rv = msgspec.json.decode(stored)["metadata"]["resourceVersion"]
+        await writer.patch_merge(
+            EPHEMERAL_RUNNER_SETS, key, {"metadata": {"labels": {"x": value}}}, resource_version=rv
+        )
+
+    async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
+        if key.name == "twice":
+            await label(key, "1")
+            await label(key, "2")
+        else:
+            await label(key, "1")
+            if key.name == "once-each":
+                await label(ObjectKey(key.namespace, "other"), "1")
+                stored = await writer.client.request("GET", EPHEMERAL_RUNNER_SETS.object_path(key), what="GET")
+                rv = msgspec.json.decode(stored)["metadata"]["resourceVersion"]
+                await writer.patch_status(
+                    EPHEMERAL_RUNNER_SETS, key, {"status": {"currentReplicas": 0}}, resource_version=rv
+                )
+        done.append(key.name)
+        return DONE
+
+    controller = Controller("ledger-test", reconcile, [source], registry=registry)
+    with caplog.at_level("WARNING", logger="shared.kube.controller"):
+        await run_until(
+            controller, send, [ObjectKey(namespace, "twice"), ObjectKey(namespace, "once-each")], lambda: len(done) == 2
+        )
+    assert sample(registry, "runnerscale_reconcile_repeated_patches_total", controller="ledger-test") == 1
+    warned = [r for r in caplog.records if r.getMessage() == REPEATED_PATCHES_MESSAGE]
+    assert len(warned) == 1
+    fields = warned[0].fields  # type: ignore[attr-defined]
+    assert fields["name"] == "twice"
+    assert fields["patches"] == [f"2 metadata/spec patches of ephemeralrunnersets.actions.github.com {namespace}/twice"]
