@@ -53,7 +53,7 @@ async def test_tasks_started_inside_a_recording_record_into_it() -> None:
     with recording() as ledger:
         async with anyio.create_task_group() as tg:
             for key in (A, B):
-                tg.start_soon(lambda k=key: _note(k))
+                tg.start_soon(_note, key)
     assert sorted(r.key.name for r in ledger) == ["a", "b"]
 
 
