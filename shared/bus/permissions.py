@@ -167,6 +167,8 @@ def _bus_status_api() -> tuple[str, ...]:
         *(f"{API}.CONSUMER.LIST.{s.name}" for s in subjects.STREAMS),
         *(f"{API}.CONSUMER.CREATE.KV_{b}.>" for b in subjects.BUCKETS),
         *(f"{API}.CONSUMER.CREATE.KV_{b}" for b in subjects.BUCKETS),
+        *(f"{API}.CONSUMER.INFO.KV_{b}.*" for b in subjects.BUCKETS),
+        *(f"$JS.FC.KV_{b}.>" for b in subjects.BUCKETS),  # the ordered consumer's flow control
     )
 
 

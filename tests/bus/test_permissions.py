@@ -361,3 +361,27 @@ async def test_a_jetstream_api_call_outside_a_components_use_is_refused(auth_ser
         desired = await admin.js.stream_info(subjects.DESIRED_STREAM.name)
         assert desired.config.max_msgs_per_subject == BusSettings().history
         assert [c.name for c in await admin.js.consumers_info(subjects.REVISIONS_STREAM.name)] == []
+
+
+async def test_bus_setup_and_status_work_as_the_bus_setup_user(auth_server, passwords, capsys) -> None:
+    """`runnerscale bus setup` / `status` with the narrowed bus-setup user: every stream and bucket,
+    then streams, consumers and lease holders listed."""
+    from shared.cli import main
+
+    flags = ["--nats-url", auth_server.url, "--nats-user", "bus-setup", "--nats-password", passwords["bus-setup"]]
+    flags += ["--bus-lease-ttl", "2"]
+    assert await anyio.to_thread.run_sync(main, ["bus", "setup", *flags]) == 0
+    capsys.readouterr()
+    settings = functools.partial(_settings, auth_server, passwords, request_timeout=5)
+    async with Bus.connect(settings("runner")) as runner:
+        await _consume_once(runner, subjects.RUNNER_JOBS, None)
+    async with (
+        Bus.connect(settings("listener")) as listener,
+        LeaderLease.join(listener, subjects.listener_lease_name("ci", "set"), replica_id="l-0") as lease,
+    ):
+        await lease.wait_leader()
+        assert await anyio.to_thread.run_sync(main, ["bus", "status", *flags, "--nats-request-timeout", "5"]) == 0
+    rows = [msgspec.json.decode(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["stream"] for r in rows if "messages" in r} == {s.name for s in subjects.STREAMS}
+    assert {(r["stream"], r["consumer"]) for r in rows if "consumer" in r} == {("RUNNERSCALE_JOBS", "runner-jobs")}
+    assert [r["holder"]["replica"] for r in rows if r.get("bucket") == subjects.LEADERS_BUCKET] == ["l-0"]
