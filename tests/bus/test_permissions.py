@@ -129,6 +129,9 @@ async def test_a_wrong_password_is_refused_without_leaking_it(auth_server, passw
         ("runner", _desired()),
         ("scale-set", RevisionApplied(ers=ERS, revision=3)),
         ("runner-set", JobStarted(scale_set_id=1, scale_set=ResourceRef("ci", "set"), runner_name="r", runner_id=1)),
+        # the listener-pod worker hands listener pods the listener's user; its own may not publish as one
+        ("listener-pod", _desired()),
+        ("listener-pod", JobStarted(scale_set_id=1, scale_set=ResourceRef("ci", "set"), runner_name="r", runner_id=2)),
     ],
     ids=lambda v: v if isinstance(v, str) else type(v).__name__,
 )
