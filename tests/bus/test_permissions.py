@@ -38,6 +38,7 @@ from shared.bus.messages import (
     RevisionPublished,
     subject_for,
 )
+from tests.bus.conftest import wait_for
 from tests.fixtures.nats import NatsServer, _free_port, nats_server_binary
 
 pytestmark = pytest.mark.anyio
@@ -67,7 +68,7 @@ def _settings(
 ) -> BusSettings:
     s = BusSettings(
         nats_urls=(server.url,),
-        connect_timeout=1.5,
+        connect_timeout=4.0,  # a refused login is retried until then; under load the first try may be slow
         reconnect_wait=0.2,
         request_timeout=request_timeout,
         publish_deadline=1.5,
@@ -259,7 +260,7 @@ async def test_each_component_starts_and_does_its_work_with_only_its_permissions
         if subjects.MEMBERS_BUCKET in uses.buckets:
             async with ShardOwnership.join(bus, component, replica_id="r-0", shards=4) as shards:
                 await shards.wait_ready()
-                assert shards.owned_shards() == frozenset(range(4))
+                await wait_for(lambda: shards.owned_shards() == frozenset(range(4)), timeout=15)
         if component == "listener":
             async with LeaderLease.join(bus, subjects.listener_lease_name("ci", "set"), replica_id="l-0") as lease:
                 term = await lease.wait_leader()
@@ -355,8 +356,8 @@ async def test_a_jetstream_api_call_outside_a_components_use_is_refused(auth_ser
             JobStarted(scale_set_id=1, scale_set=ResourceRef("ci", "set"), runner_name="r", runner_id=1, job_id="j")
         )
     component, call = _forbidden_calls()[case]
-    async with Bus.connect(_settings(auth_server, passwords, component)) as bus:
-        bus.js = bus.nc.jetstream(timeout=0.5)
+    async with Bus.connect(_settings(auth_server, passwords, component, request_timeout=5)) as bus:
+        bus.js = bus.nc.jetstream(timeout=0.5)  # a refused call gets no answer: short wait
         with pytest.raises(REFUSED):
             await call(bus)
     async with Bus.connect(_settings(auth_server, passwords, "bus-setup", request_timeout=5)) as admin:
