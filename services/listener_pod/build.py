@@ -17,7 +17,8 @@ import base64
 import copy
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -40,6 +41,7 @@ from shared.api.constants import (
 )
 from shared.api.names import filter_and_merge_labels, filter_labels
 from shared.bus import BusSettings
+from shared.settings import InvalidSetting
 
 Json = dict[str, Any]
 
@@ -228,6 +230,31 @@ class BusPassThrough:
             lease_ttl_seconds=s.lease_ttl,
             renew_interval_seconds=s.renew_interval or None,
         )
+
+
+def read_password_file(path: str) -> str:
+    """The password in ``path`` (trailing newline dropped); InvalidSetting if unreadable or empty."""
+    try:
+        password = Path(path).read_text().strip()
+    except OSError as exc:
+        raise InvalidSetting("nats_password_file", f"cannot read {path}: {type(exc).__name__}") from None
+    if not password:
+        raise InvalidSetting("nats_password_file", f"{path} is empty")
+    return password
+
+
+def listener_bus(own: BusPassThrough, settings: ListenerPodSettings) -> BusPassThrough:
+    """What listener configs carry: this worker's NATS settings, ``--listener-nats-url`` in place of
+    its URLs, and the listener's own user in place of its credentials when ``--listener-nats-user``
+    is set (README "Authentication and permissions": the listener-pod worker's user may not
+    publish what a listener publishes)."""
+    bus = own
+    if settings.nats_urls:
+        bus = replace(bus, servers=settings.nats_urls)
+    if settings.nats_user:
+        password = read_password_file(settings.nats_password_file)
+        bus = replace(bus, user=settings.nats_user, password=password, credentials_file="", token="")
+    return bus
 
 
 def proxy_url_with_credentials(url: str, username: str, password: str) -> str:

@@ -76,6 +76,26 @@ class ListenerPodSettings(msgspec.Struct, frozen=True, kw_only=True):
             metavar="URL",
         ),
     ] = ()
+    #: The NATS user listener pods connect as (README "Authentication and permissions"); empty:
+    #: this worker's own credentials are written into the listener config.
+    nats_user: Annotated[
+        str,
+        option(
+            "--listener-nats-user",
+            "RUNNERSCALE_LISTENER_NATS_USER",
+            "NATS user written into the listener config (default: this worker's own credentials)",
+        ),
+    ] = ""
+    #: The file holding that user's password (read at start-up, never logged).
+    nats_password_file: Annotated[
+        str,
+        option(
+            "--listener-nats-password-file",
+            "RUNNERSCALE_LISTENER_NATS_PASSWORD_FILE",
+            "file holding the password of --listener-nats-user",
+            metavar="PATH",
+        ),
+    ] = ""
     #: Label key prefixes never copied from user metadata onto derived objects (ARC's
     #: ``--exclude-label-propagation-prefix``).
     exclude_label_prefixes: Annotated[
@@ -126,6 +146,10 @@ class ListenerPodSettings(msgspec.Struct, frozen=True, kw_only=True):
         for field_name in ("resync_seconds", "restart_backoff", "restart_backoff_max"):
             if getattr(self, field_name) <= 0:
                 raise InvalidSetting(field_name, f"must be > 0, got {getattr(self, field_name)}")
+        if bool(self.nats_user) != bool(self.nats_password_file):
+            raise InvalidSetting(
+                "nats_user", "--listener-nats-user and --listener-nats-password-file go together (both or neither)"
+            )
         for field_name in ("metrics_addr", "health_addr"):
             addr = getattr(self, field_name)
             if enabled_addr(addr) and not addr_port(addr) and not addr.endswith(":0"):

@@ -22,7 +22,6 @@ and a lock-less write is refused before it is sent. Order (as ARC's listener rec
 from __future__ import annotations
 
 import base64
-import dataclasses
 from typing import Any, TypeVar
 
 from services.listener_pod import build, decide
@@ -95,10 +94,9 @@ class ListenerPodReconciler:
 
     @classmethod
     def from_context(cls, ctx: WorkerContext, settings: ListenerPodSettings) -> ListenerPodReconciler:
-        """Listener configs carry this worker's own NATS settings (``--listener-nats-url`` overrides the URLs)."""
-        bus = build.BusPassThrough.from_bus_settings(ctx.settings.bus)
-        if settings.nats_urls:
-            bus = dataclasses.replace(bus, servers=settings.nats_urls)
+        """Listener configs carry this worker's own NATS settings (``--listener-nats-url`` overrides the
+        URLs), with the listener's own user when ``--listener-nats-user`` is set."""
+        bus = build.listener_bus(build.BusPassThrough.from_bus_settings(ctx.settings.bus), settings)
         return cls(
             ctx.reader,
             ctx.writer,

@@ -1,8 +1,9 @@
 """The connection to NATS JetStream: start-up checks, publishing, the outbox, and consumers.
 
 ``async with Bus.connect(settings) as bus:`` connects (retrying until ``connect_timeout``),
-creates or checks every stream and KV bucket named in :mod:`shared.bus.subjects`, and runs the
-outbox drainer in its task group. Leaving the block flushes the outbox (bounded) and closes.
+creates or checks the streams and KV buckets it uses (those of the component its NATS user
+names in :data:`shared.bus.permissions.USES`, every one named in :mod:`shared.bus.subjects` for
+any other user), and runs the outbox drainer in its task group. Leaving the block flushes the outbox (bounded) and closes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
 from shared.backoff import Backoff
-from shared.bus import messages, subjects
+from shared.bus import messages, permissions, subjects
 from shared.bus import metrics as m
 from shared.bus.errors import (
     BusConfigConflict,
@@ -260,6 +261,9 @@ class Bus:
         self._outbox_empty = anyio.Event()
         self._outbox_empty.set()
         self._kv: dict[str, KeyValue] = {}
+        #: What this process's NATS user may set up (README "Authentication and permissions");
+        #: None: not a component's user (no authentication, or a custom one), so everything.
+        self.uses = permissions.uses_of(settings.user)
 
     # -- lifecycle --
 
@@ -304,9 +308,12 @@ class Bus:
         return bool(self.nc.is_connected)
 
     async def ensure_streams(self, *, tune_existing: bool = True) -> None:
-        """Create every stream, or check (and unless told not to, tune) an existing one; conflicts raise."""
-        for spec in subjects.STREAMS:
-            await self.ensure_stream(spec, tune_existing=tune_existing)
+        """Create every stream this process uses, or check (and unless told not to, tune) an
+        existing one; conflicts raise."""
+        streams = subjects.STREAMS if self.uses is None else self.uses.streams
+        tune = tune_existing and (self.uses is None or self.uses.tune)
+        for spec in streams:
+            await self.ensure_stream(spec, tune_existing=tune)
 
     async def ensure_stream(self, spec: StreamSpec, *, tune_existing: bool = True) -> None:
         wanted = stream_config(spec, self.settings)
@@ -324,7 +331,8 @@ class Bus:
             log.info("stream updated", stream=spec.name, changed=sorted(tunables))
 
     async def ensure_buckets(self) -> None:
-        for bucket in subjects.BUCKETS:
+        """Create or check every KV bucket this process uses."""
+        for bucket in subjects.BUCKETS if self.uses is None else self.uses.buckets:
             await self.ensure_bucket(bucket)
 
     async def ensure_bucket(self, bucket: str) -> KeyValue:

@@ -48,9 +48,12 @@ def main(argv: list[str]) -> int:
 
 
 async def _setup(settings: BusSettings) -> int:
-    async with Bus.connect(settings, name="runnerscale-bus-setup"):
-        pass
-    names = [s.name for s in subjects.STREAMS] + [f"KV_{b}" for b in subjects.BUCKETS]
+    async with Bus.connect(settings, name="runnerscale-bus-setup") as bus:
+        # What was created or checked: everything, or a component user's own (README
+        # "Authentication and permissions").
+        streams = subjects.STREAMS if bus.uses is None else bus.uses.streams
+        buckets = subjects.BUCKETS if bus.uses is None else bus.uses.buckets
+    names = [s.name for s in streams] + [f"KV_{b}" for b in buckets]
     print(msgspec.json.encode({"ok": True, "streams": names}).decode())
     return 0
 

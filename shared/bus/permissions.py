@@ -2,23 +2,22 @@
 
 README "The bus (NATS JetStream)", "Authentication and permissions". Each runnerscale process
 connects as its own NATS user (user name = component name, a random password per install) and
-may publish only its own subjects:
+may publish only its own subjects and only the JetStream API calls on the streams, consumers and
+KV buckets it uses (:data:`USES`):
 
 =============  ==================================================================================
 listener       desired states and job events; its session and leader KV keys
-runner-set     RevisionApplied; acks of the desired-state and revision consumers
-scale-set      RevisionPublished; acks of its revision consumer
-runner         acks of the job consumer
-listener-pod   acks of its change consumer, plus everything the listener may do (it writes its
-               own credentials into each listener's config, README "listener-pod worker")
-bus-setup      the JetStream API only (creates/checks streams and buckets)
+runner-set     RevisionApplied; acks of the desired-state and revision consumers; member records
+scale-set      RevisionPublished; acks of its revision consumer; member records
+runner         acks of the job consumer; member records
+listener-pod   acks of its change consumer; member records (listener pods get the ``listener``
+               user's credentials, README "listener-pod worker")
+bus-setup      creates/checks/reads every stream and bucket (``runnerscale bus setup``/``status``)
 observer       subscribes to desired states only (the demo's "desired=" line)
 =============  ==================================================================================
 
-Every worker also writes the shard/member/leader lease buckets (``--ownership nats``). Every
-process may call the JetStream API (``$JS.API.>``: each one creates or checks the streams and
-buckets it uses at start-up, and pull consumers, KV reads and last-message reads are API
-requests) and receive replies on ``_INBOX.>``.
+Every user but ``observer`` receives replies on ``_INBOX.>``. Nothing at run time deletes or
+purges a stream, a consumer or a stored message, so no user may.
 
 The embedded default (``runnerscale demo``) writes this table with generated passwords into its
 nats-server config; ``deploy/nats`` and the Helm chart carry the same table with passwords from a
@@ -34,88 +33,143 @@ from pathlib import Path
 import msgspec
 
 from shared.bus import subjects
+from shared.bus.subjects import ConsumerSpec, StreamSpec
 
 __all__ = [
     "COMPONENTS",
+    "USES",
     "Permissions",
+    "Uses",
     "auth_secret",
     "authorization",
     "generate_passwords",
     "password_env_var",
     "permissions_for",
     "render_authorization",
+    "uses_of",
     "write_local_credentials",
 ]
 
 P = subjects.PREFIX
-JS_API = "$JS.API.>"
+API = "$JS.API"
 INBOX = "_INBOX.>"
 
 
-def _ack(stream: subjects.StreamSpec) -> str:
-    return f"$JS.ACK.{stream.name}.>"
+class Uses(msgspec.Struct, frozen=True, kw_only=True):
+    """What one component touches on JetStream; its permissions are derived from this.
+
+    ``streams`` and ``buckets`` are what ``Bus.connect`` creates or checks at start-up for this
+    component (``tune``: it may also update an existing stream's limits); ``consumers`` the
+    durable pull consumers it creates and pulls from (and acks); ``reads`` the streams whose
+    last message per subject it reads (``Bus.last_message``), bucket keys included; ``publish``
+    its own subjects, the keys it writes included.
+    """
+
+    publish: tuple[str, ...] = ()
+    streams: tuple[StreamSpec, ...] = ()
+    tune: bool = True
+    consumers: tuple[ConsumerSpec, ...] = ()
+    reads: tuple[StreamSpec, ...] = ()
+    buckets: tuple[str, ...] = ()
+    subscribe: tuple[str, ...] = ()
 
 
 def _kv(bucket: str) -> str:
+    """Writing keys of ``bucket`` (puts, creates, updates, deletes are publishes)."""
     return f"$KV.{bucket}.>"
 
 
-class Permissions(msgspec.Struct, frozen=True):
-    """Subjects a NATS user may publish to and subscribe to (``allow`` lists; all else is denied).
+_WORKER_BUCKETS = (subjects.MEMBERS_BUCKET,)  # shard ownership on NATS (``--ownership nats``)
+_ALL_BUCKETS = subjects.BUCKETS
 
-    ``publish_deny`` carves JetStream API calls no runtime process makes out of ``$JS.API.>``
-    (deny wins over allow in nats-server).
-    """
+#: The one table: component (= NATS user name) -> what it uses.
+USES: dict[str, Uses] = {
+    "listener": Uses(
+        publish=(f"{P}.desired.>", f"{P}.jobs.>", _kv(subjects.LEADERS_BUCKET), _kv(subjects.SESSIONS_BUCKET)),
+        streams=(subjects.DESIRED_STREAM, subjects.JOBS_STREAM),
+        tune=False,  # Bus.connect(tune_existing=False): its config carries no stream sizing
+        buckets=(subjects.LEADERS_BUCKET, subjects.SESSIONS_BUCKET),
+    ),
+    "runner-set": Uses(
+        publish=(f"{P}.revisions.*.*.applied", _kv(subjects.MEMBERS_BUCKET)),
+        streams=(subjects.DESIRED_STREAM, subjects.REVISIONS_STREAM),
+        consumers=(subjects.RUNNER_SET_DESIRED, subjects.RUNNER_SET_REVISIONS),
+        reads=(subjects.DESIRED_STREAM,),
+        buckets=_WORKER_BUCKETS,
+    ),
+    "scale-set": Uses(
+        publish=(f"{P}.revisions.*.*.published", _kv(subjects.MEMBERS_BUCKET)),
+        streams=(subjects.REVISIONS_STREAM,),
+        consumers=(subjects.SCALE_SET_REVISIONS,),
+        buckets=_WORKER_BUCKETS,
+    ),
+    "runner": Uses(
+        publish=(_kv(subjects.MEMBERS_BUCKET),),
+        streams=(subjects.JOBS_STREAM,),
+        consumers=(subjects.RUNNER_JOBS,),
+        buckets=_WORKER_BUCKETS,
+    ),
+    "listener-pod": Uses(
+        publish=(_kv(subjects.MEMBERS_BUCKET),),
+        streams=(subjects.CHANGES_STREAM,),
+        consumers=(subjects.LISTENER_POD_CHANGES,),
+        buckets=_WORKER_BUCKETS,
+    ),
+    "bus-setup": Uses(streams=subjects.STREAMS, reads=subjects.STREAMS, buckets=_ALL_BUCKETS),
+    "observer": Uses(subscribe=(f"{P}.desired.>",)),
+}
+
+COMPONENTS: tuple[str, ...] = tuple(USES)
+
+
+def uses_of(user: str) -> Uses | None:
+    """What the component named ``user`` uses; None for a user outside the table (or no user)."""
+    return USES.get(user)
+
+
+class Permissions(msgspec.Struct, frozen=True):
+    """Subjects a NATS user may publish to and subscribe to (``allow`` lists; all else is denied)."""
 
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
-    publish_deny: tuple[str, ...] = ()
 
 
-_LEASES = (_kv(subjects.SHARDS_BUCKET), _kv(subjects.MEMBERS_BUCKET), _kv(subjects.LEADERS_BUCKET))
-_LISTENER_PUBLISH = (
-    f"{P}.desired.>",
-    f"{P}.jobs.>",
-    _kv(subjects.SESSIONS_BUCKET),
-    _kv(subjects.LEADERS_BUCKET),
-)
+def _stream_api(stream: str, *, tune: bool) -> tuple[str, ...]:
+    calls = [f"{API}.STREAM.INFO.{stream}", f"{API}.STREAM.CREATE.{stream}"]
+    if tune:
+        calls.append(f"{API}.STREAM.UPDATE.{stream}")
+    return tuple(calls)
 
-#: The one table: component (= NATS user name) -> what it may publish beyond the JetStream API.
-_PUBLISH: dict[str, tuple[str, ...]] = {
-    "listener": _LISTENER_PUBLISH,
-    "runner-set": (
-        f"{P}.revisions.*.*.applied",
-        _ack(subjects.DESIRED_STREAM),
-        _ack(subjects.REVISIONS_STREAM),
-        *_LEASES,
-    ),
-    "scale-set": (f"{P}.revisions.*.*.published", _ack(subjects.REVISIONS_STREAM), *_LEASES),
-    "runner": (_ack(subjects.JOBS_STREAM), *_LEASES),
-    "listener-pod": (_ack(subjects.CHANGES_STREAM), *_LEASES, *_LISTENER_PUBLISH),
-    "bus-setup": (),
-    "observer": (),
-}
-_SUBSCRIBE: dict[str, tuple[str, ...]] = {"observer": (f"{P}.desired.>",)}
 
-# Nothing at run time deletes a stream, a consumer or a stored message, or purges a stream other
-# than the members bucket (a replica's own member key on shutdown, shared/bus/leases.py).
-_STREAM_NAMES = (*(s.name for s in subjects.STREAMS), *(f"KV_{b}" for b in subjects.BUCKETS))
-_RUNTIME_DENY = (
-    "$JS.API.STREAM.DELETE.>",
-    "$JS.API.CONSUMER.DELETE.>",
-    "$JS.API.STREAM.MSG.DELETE.>",
-    *(f"$JS.API.STREAM.PURGE.{name}" for name in _STREAM_NAMES if name != f"KV_{subjects.MEMBERS_BUCKET}"),
-)
-_LISTENER_DENY = (*_RUNTIME_DENY, f"$JS.API.STREAM.PURGE.KV_{subjects.MEMBERS_BUCKET}")
-_DENY: dict[str, tuple[str, ...]] = {
-    "listener": _LISTENER_DENY,
-    "runner-set": _RUNTIME_DENY,
-    "scale-set": _RUNTIME_DENY,
-    "runner": _RUNTIME_DENY,
-    "listener-pod": _RUNTIME_DENY,
-}
+def _read_api(stream: str) -> tuple[str, ...]:
+    # Last message per subject: STREAM.MSG.GET, or DIRECT.GET (KV gets on buckets allowing it).
+    return (f"{API}.STREAM.MSG.GET.{stream}", f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>")
 
-COMPONENTS: tuple[str, ...] = tuple(_PUBLISH)
+
+def _consumer_api(consumer: ConsumerSpec) -> tuple[str, ...]:
+    # A consumer is named `<durable>` or `<durable>-<replica>` (one subject token; NATS wildcards
+    # match whole tokens), so any name on its stream; a single filter is part of the create
+    # subject, which pins the filter: a component cannot create a consumer reading another's.
+    s = consumer.stream
+    if len(consumer.filter_subjects) == 1:
+        create = f"{API}.CONSUMER.CREATE.{s}.*.{consumer.filter_subjects[0]}"
+    else:
+        create = f"{API}.CONSUMER.CREATE.{s}.*"
+    return (f"{API}.CONSUMER.INFO.{s}.*", create, f"{API}.CONSUMER.MSG.NEXT.{s}.*", f"$JS.ACK.{s}.>")
+
+
+def _bus_status_api() -> tuple[str, ...]:
+    # `runnerscale bus status` and inspection: stream and consumer listings, and the keys of each
+    # bucket (an ephemeral ordered consumer on the bucket's stream).
+    return (
+        f"{API}.STREAM.NAMES",
+        f"{API}.STREAM.LIST",
+        *(f"{API}.CONSUMER.LIST.{s.name}" for s in subjects.STREAMS),
+        *(f"{API}.CONSUMER.CREATE.KV_{b}.>" for b in subjects.BUCKETS),
+        *(f"{API}.CONSUMER.CREATE.KV_{b}" for b in subjects.BUCKETS),
+        *(f"{API}.CONSUMER.INFO.KV_{b}.*" for b in subjects.BUCKETS),
+        *(f"$JS.FC.KV_{b}.>" for b in subjects.BUCKETS),  # the ordered consumer's flow control
+    )
 
 
 def _dedupe(items: tuple[str, ...]) -> tuple[str, ...]:
@@ -124,14 +178,19 @@ def _dedupe(items: tuple[str, ...]) -> tuple[str, ...]:
 
 def permissions_for(component: str) -> Permissions:
     """The permissions of one component's NATS user; KeyError for an unknown component."""
-    own = _PUBLISH[component]
-    if component == "observer":
-        return Permissions(publish=(), subscribe=_dedupe((*_SUBSCRIBE[component], INBOX)))
-    return Permissions(
-        publish=_dedupe((JS_API, *own)),
-        subscribe=_dedupe((*_SUBSCRIBE.get(component, ()), INBOX)),
-        publish_deny=_DENY.get(component, ()),
-    )
+    uses = USES[component]
+    publish: list[str] = list(uses.publish)
+    for stream in uses.streams:
+        publish += _stream_api(stream.name, tune=uses.tune)
+    for consumer in uses.consumers:
+        publish += _consumer_api(consumer)
+    for stream in uses.reads:
+        publish += _read_api(stream.name)
+    for bucket in uses.buckets:
+        publish += [*_stream_api(f"KV_{bucket}", tune=False), *_read_api(f"KV_{bucket}")]
+    if component == "bus-setup":
+        publish += _bus_status_api()
+    return Permissions(publish=_dedupe(tuple(publish)), subscribe=_dedupe((*uses.subscribe, INBOX)))
 
 
 def password_env_var(component: str) -> str:
@@ -151,8 +210,6 @@ def authorization(passwords: Mapping[str, str]) -> dict[str, list[dict[str, obje
             continue
         perms = permissions_for(component)
         publish: dict[str, list[str]] = {"allow": list(perms.publish)} if perms.publish else {"deny": [">"]}
-        if perms.publish_deny:
-            publish["deny"] = list(perms.publish_deny)
         users.append(
             {
                 "user": component,

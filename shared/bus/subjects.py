@@ -217,7 +217,6 @@ CONSUMERS: tuple[ConsumerSpec, ...] = (
 
 # --- KV buckets and lease keys ---------------------------------------------------------------
 
-SHARDS_BUCKET = "runnerscale_shards"  # unused since shard ownership moved to member records; still created
 MEMBERS_BUCKET = "runnerscale_members"  # <group>.<replica>_<instance> -> claimed shards (shared.membership)
 LEADERS_BUCKET = "runnerscale_leaders"  # <lease name>     -> holder replica id
 SESSIONS_BUCKET = "runnerscale_listener_sessions"  # scaleset-<id> -> the listener's message session record
@@ -236,7 +235,6 @@ class BucketSpec(msgspec.Struct, frozen=True):
 
 
 BUCKET_SPECS: tuple[BucketSpec, ...] = (
-    BucketSpec(SHARDS_BUCKET, True, "runnerscale leases"),
     BucketSpec(MEMBERS_BUCKET, True, "runnerscale leases"),
     BucketSpec(LEADERS_BUCKET, True, "runnerscale leases"),
     BucketSpec(SESSIONS_BUCKET, False, "runnerscale listener message sessions"),
@@ -249,10 +247,6 @@ def bucket_spec(name: str) -> BucketSpec:
         if spec.name == name:
             return spec
     raise KeyError(f"{name!r} is not a runnerscale KV bucket (see shared.bus.subjects.BUCKET_SPECS)")
-
-
-def shard_lease_key(group: str, shard: int) -> str:
-    return f"{encode_token(group)}.{shard:05d}"
 
 
 def member_key(group: str, replica_id: str) -> str:

@@ -21,6 +21,7 @@ from tests.deploy.conftest import DEPLOY, MANIFESTS, NATS, ROOT, WORKERS, Doc, f
 from tests.deploy.helm_chart import CASES, CHART, MAXIMAL, Case, default_values, leaf_paths, render, run_helm, template
 from tests.deploy.test_flags import _main, container_env, secret_data
 from tests.deploy.test_manifests import MODEL, schema_problems
+from tests.deploy.test_nats import mounted_secret_key
 from tests.deploy.test_rbac import ANY, CONTROLLER, OPTIONAL, grants
 from tests.tools.helm import helm_path, helm_version
 
@@ -571,6 +572,27 @@ def test_generated_passwords_are_shared_by_nats_and_the_workers(helm: Path) -> N
         assert env["RUNNERSCALE_NATS_PASSWORD"]["secretKeyRef"] == {"name": "runnerscale-nats-auth", "key": worker}
     job_env = _env(find(docs, "Job", "runnerscale-bus-setup").obj["spec"]["template"]["spec"]["containers"][0])
     assert job_env["RUNNERSCALE_NATS_USER"] == "bus-setup"
+
+
+@pytest.mark.parametrize("case", ["default", "bundled-custom"])
+def test_listener_pods_get_the_listener_user_from_the_chart_secret(helm: Path, case: str) -> None:
+    """Method users: the listener-pod worker reads the listener user's password from the Secret key
+    ``listener`` mounted as a file and writes it into each listener's config; the other methods
+    have no per-component users, so nothing is mounted and listener pods get the worker's own."""
+    docs = render(helm, case)
+    pod, container = pod_container(docs, CASES[case], "listener-pod")
+    env = _env(container)
+    if case != "default":
+        assert "RUNNERSCALE_LISTENER_NATS_USER" not in env
+        assert not any(v["name"] == "nats-listener" for v in pod["volumes"])
+        return
+    assert env["RUNNERSCALE_LISTENER_NATS_USER"] == "listener"
+    path = env["RUNNERSCALE_LISTENER_NATS_PASSWORD_FILE"]
+    assert mounted_secret_key(pod, container, path) == ("runnerscale-nats-auth", "listener")
+    for worker in set(WORKERS) - {"listener-pod"}:
+        other_pod, other = pod_container(docs, CASES[case], worker)
+        assert "RUNNERSCALE_LISTENER_NATS_USER" not in _env(other)
+        assert not any(v["name"] == "nats-listener" for v in other_pod["volumes"])
 
 
 def test_chart_authorization_is_the_permissions_table() -> None:

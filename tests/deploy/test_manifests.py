@@ -276,7 +276,9 @@ def test_worker_deployment_conventions(worker: str) -> None:
     # graceful stop budget fits in the termination grace period
     config = find(load_docs(MANIFESTS), "ConfigMap", "runnerscale-config").obj["data"]
     assert float(config["RUNNERSCALE_SHUTDOWN_TIMEOUT"]) < pod["terminationGracePeriodSeconds"]
-    assert {v["mountPath"] for v in container["volumeMounts"]} == {"/tmp"}
+    # /tmp only; the listener-pod worker also reads the listener user's NATS password (test_nats.py)
+    extra = {"/etc/runnerscale/nats-listener"} if worker == "listener-pod" else set()
+    assert {v["mountPath"] for v in container["volumeMounts"]} == {"/tmp"} | extra
 
 
 def test_one_image_everywhere() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from shared.bus import permissions, subjects
-from tests.deploy.conftest import NAMESPACE, NATS, NATS_AUTH_PASSWORDS, RUNNERSCALE, find, load_docs
+from tests.deploy.conftest import MANIFESTS, NAMESPACE, NATS, NATS_AUTH_PASSWORDS, RUNNERSCALE, find, load_docs
 from tests.deploy.test_flags import container_env
 from tests.fixtures.nats import _free_port, nats_server_binary
 
@@ -184,3 +184,31 @@ def test_bus_setup_job_on_the_deployed_nats_cluster(nats_cluster: list[str]) -> 
         and "cannot connect to NATS" in wrong.stderr
         and "not-the-password-1234" not in wrong.stderr
     )
+
+
+def mounted_secret_key(pod: dict[str, object], container: dict[str, object], path: str) -> tuple[str, str]:
+    """(Secret name, key) of the file ``path`` in ``container``, through its mounts and the pod's volumes."""
+    mounts = container.get("volumeMounts", [])
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}  # type: ignore[attr-defined]
+    for mount in mounts:  # type: ignore[attr-defined]
+        prefix = mount["mountPath"].rstrip("/") + "/"
+        if path.startswith(prefix) and "secret" in volumes[mount["name"]]:
+            secret = volumes[mount["name"]]["secret"]
+            item = next(i for i in secret["items"] if i["path"] == path.removeprefix(prefix))
+            return secret["secretName"], item["key"]
+    raise AssertionError(f"{path} is not in a mounted Secret")
+
+
+def test_listener_pods_get_the_listener_user_through_the_listener_pod_worker() -> None:
+    """The listener-pod worker connects as itself and hands listener pods the listener user's
+    password, read from the Secret key ``listener`` mounted as a file (never a literal)."""
+    deployment = find(load_docs(MANIFESTS), "Deployment", "runnerscale-listener-pod").obj
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = container_env(container, "runnerscale-listener-pod-0")
+    assert env["RUNNERSCALE_NATS_USER"] == "listener-pod"
+    assert env["RUNNERSCALE_NATS_PASSWORD"] == NATS_AUTH_PASSWORDS["listener-pod"]
+    assert env["RUNNERSCALE_LISTENER_NATS_USER"] == "listener"
+    path = env["RUNNERSCALE_LISTENER_NATS_PASSWORD_FILE"]
+    assert mounted_secret_key(pod, container, path) == ("runnerscale-nats-auth", "listener")
+    assert not any(pw in json.dumps(deployment) for pw in NATS_AUTH_PASSWORDS.values())

@@ -1,8 +1,8 @@
 """Each worker started as its Deployment starts it: the container's args and the environment
 Kubernetes would build (ConfigMaps, Secret, fieldRefs), against the API emulator and a nats-server
 with the users and permissions of deploy/nats. Changed, and only these: the listen ports (free local ports instead of
-:8080/:8081), the NATS URL (the local server) and KUBECONFIG (the emulator; in a pod the in-cluster
-config is used). The probes' paths answer 200 on the port they name, /metrics serves the worker's
+:8080/:8081), the NATS URL (the local server), KUBECONFIG (the emulator; in a pod the in-cluster
+config is used) and the paths of mounted Secret files (written to a local directory). The probes' paths answer 200 on the port they name, /metrics serves the worker's
 metrics, and SIGTERM stops the process with exit 0 within terminationGracePeriodSeconds."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from shared.bus import permissions
 from tests.deploy.conftest import NATS_AUTH_PASSWORDS, RUNNERSCALE, WORKERS, deployment_of
 from tests.deploy.exported_metrics import PROCESS_COLLECTORS, exported_series
-from tests.deploy.test_flags import container_env
+from tests.deploy.test_flags import container_env, nats_auth_doc, secret_data
 from tests.fixtures.nats import NatsServer, _free_port
 
 pytestmark = pytest.mark.slow
@@ -37,6 +37,12 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+def find_secret(name: str) -> dict[str, object]:
+    doc = nats_auth_doc()
+    assert doc.name == name, name
+    return doc.obj
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -63,6 +69,17 @@ def test_worker_runs_as_deployed(worker: str, emulator, nats_url: str, tmp_path)
         PATH=os.environ.get("PATH", ""),
         HOME=str(tmp_path),
     )
+    # Secret volumes (the listener user's password of the listener-pod worker) become local files.
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes[mount["name"]].get("secret")
+        if secret is None:
+            continue
+        local_dir = tmp_path / "mounts" / mount["name"]
+        local_dir.mkdir(parents=True)
+        for item in secret["items"]:
+            (local_dir / item["path"]).write_text(secret_data(find_secret(secret["secretName"]))[item["key"]])
+        env = {k: v.replace(mount["mountPath"], str(local_dir)) for k, v in env.items()}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     local = {name: _free_port() for name in ports}
     args = []

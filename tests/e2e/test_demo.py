@@ -67,6 +67,9 @@ def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path, kube_api
     nats_conf = tmp_path / "demo" / "nats.conf"
     assert nats_conf.stat().st_mode & 0o077 == 0
     assert all(f'user: "{c}"' in nats_conf.read_text() for c in ("listener", "runner-set", "scale-set", "runner"))
+    # The listener ran as its own user (the listener-pod worker's user may not publish desired
+    # states, so the desired= lines above came from it), its password handed over in a 0600 file.
+    assert (tmp_path / "demo" / "nats-listener.password").stat().st_mode & 0o077 == 0
     if target:
         assert "ok: the workers removed the scale set and everything it owned" in out
         assert "ok: cleaned up the cluster" in out

@@ -131,7 +131,6 @@ def test_shard_of_is_stable_across_processes_and_in_range() -> None:
 
 
 def test_lease_keys_are_valid_kv_keys() -> None:
-    assert KV_KEY.match(subjects.shard_lease_key("runner.set", 3))
     assert KV_KEY.match(subjects.member_key("runner-set", "pod.with.dots-0"))
     assert KV_KEY.match(subjects.listener_lease_name("ns", "my.scale.set"))
 
@@ -139,15 +138,14 @@ def test_lease_keys_are_valid_kv_keys() -> None:
 def test_every_bucket_is_named_here_including_the_listener_sessions() -> None:
     assert subjects.SESSIONS_BUCKET == "runnerscale_listener_sessions"  # the name deployed listeners use
     assert tuple(b.name for b in subjects.BUCKET_SPECS) == subjects.BUCKETS
+    # issue 10: the per-shard lease bucket runnerscale_shards is gone (ownership is member records)
     assert set(subjects.BUCKETS) == {
-        "runnerscale_shards",
         "runnerscale_members",
         "runnerscale_leaders",
         subjects.SESSIONS_BUCKET,
     }
     # Lease buckets expire with the lease TTL; session records must not expire.
     assert {b.name for b in subjects.BUCKET_SPECS if b.lease} == {
-        "runnerscale_shards",
         "runnerscale_members",
         "runnerscale_leaders",
     }

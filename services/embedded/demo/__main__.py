@@ -194,8 +194,20 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
     nats_conf.touch(mode=0o600)
     nats_conf.write_text(bus_permissions.render_authorization(passwords))
 
+    # Listener pods connect as the listener's own user: the listener-pod worker reads its password
+    # from a file and writes it into each listener's config Secret (never the pod spec).
+    listener_password = workdir / "nats-listener.password"
+    listener_password.touch(mode=0o600)
+    listener_password.write_text(passwords["listener"] + "\n")
+
     def bus_env(component: str) -> dict[str, str]:
-        return {**env, "RUNNERSCALE_NATS_USER": component, "RUNNERSCALE_NATS_PASSWORD": passwords[component]}
+        out = {**env, "RUNNERSCALE_NATS_USER": component, "RUNNERSCALE_NATS_PASSWORD": passwords[component]}
+        if component == "listener-pod":
+            out |= {
+                "RUNNERSCALE_LISTENER_NATS_USER": "listener",
+                "RUNNERSCALE_LISTENER_NATS_PASSWORD_FILE": str(listener_password),
+            }
+        return out
 
     say(f"runnerscale demo: state and logs in {workdir}")
     namespaces = [opts.namespace, opts.controller_namespace]

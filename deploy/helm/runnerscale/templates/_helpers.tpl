@@ -162,6 +162,14 @@ dict "root" . "component" <a name of runnerscale.nats.components>. */}}
     secretKeyRef:
       name: {{ $secret }}
       key: {{ $.component }}
+{{- if eq $.component "listener-pod" }}
+{{- /* Listener pods connect as the listener's own user: the worker reads its password from the
+mounted file (runnerscale.nats.listenerVolumes) and writes it into each listener's config Secret. */}}
+- name: RUNNERSCALE_LISTENER_NATS_USER
+  value: listener
+- name: RUNNERSCALE_LISTENER_NATS_PASSWORD_FILE
+  value: /etc/runnerscale/nats-listener/password
+{{- end }}
 {{- else if eq $auth.method "token" }}
 - name: RUNNERSCALE_NATS_TOKEN
   valueFrom:
@@ -200,6 +208,27 @@ dict "root" . "component" <a name of runnerscale.nats.components>. */}}
 - name: nats-tls
   mountPath: /etc/runnerscale/nats-tls
   readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The listener user's password for the listener-pod worker (method "users"); dict "root" . "component" <worker>. */}}
+{{- define "runnerscale.nats.listenerVolumeMounts" -}}
+{{- if and (eq .root.Values.nats.auth.method "users") (eq .component "listener-pod") }}
+- name: nats-listener
+  mountPath: /etc/runnerscale/nats-listener
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "runnerscale.nats.listenerVolumes" -}}
+{{- if and (eq .root.Values.nats.auth.method "users") (eq .component "listener-pod") }}
+- name: nats-listener
+  secret:
+    secretName: {{ include "runnerscale.nats.authSecret" .root }}
+    defaultMode: 0400
+    items:
+      - key: listener
+        path: password
 {{- end }}
 {{- end }}
 
