@@ -186,22 +186,22 @@ class RunnerReconciler:
                 return await self._release_if_abandoned(er)
             await self._cleanup_resources(er)
             return DONE
-        er = await self._ensure_finalizers(er)
-        registered_now: JsonTree | None = None
         if not status.runner_id:
             problems = validate(er)
-            if problems:
+            if problems:  # before the finalizers: nothing was registered, nothing needs them
                 message = "invalid EphemeralRunner: " + "; ".join(f"{p.path}: {p.message}" for p in problems)
                 await self._write_failed(er, "InvalidSpec", message)
                 await self.events.warning(er, "InvalidSpec", message)
                 return DONE
+        er = await self._ensure_finalizers(er)
+        registered_now: JsonTree | None = None
+        if not status.runner_id:
             # Registration: JIT call, then create the Secret (no read first). Its runner id goes
             # into this pass's one status patch (README "runner worker", steps 5-6).
             secret = await self._ensure_secret(er)
             registered_now = await self._runner_id_fields(er, secret)
         if decide.too_many_failures(er, self.settings):
-            er = await self._write_runner_id(er, registered_now)
-            return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings))
+            return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings), registered_now)
         pod = self._cached_pod(key) if self._cached_pod is not None else None
         if pod is None and registered_now is None:
             # Not in the cache (or no cache): read the server; and the ER was read before the pod,
@@ -383,12 +383,11 @@ class RunnerReconciler:
     async def _apply(
         self, er: EphemeralRunner, pod: Pod | None, decision: decide.Decision, runner_id: JsonTree | None = None
     ) -> Result:
-        """Apply one decision. ``runner_id``: status fields of a registration made in this pass,
-        folded into the decision's own status patch (PatchStatus, CreatePod), else written first."""
+        """Apply one decision: at most one metadata patch and one status patch per pass (README
+        "runner worker"). ``runner_id``: status fields of a registration made in this pass, folded
+        into the decision's own status patch; written alone only when the decision writes none (a
+        runner about to be deleted needs none: its removal reads the id from the Secret)."""
         key = EPHEMERAL_RUNNERS.key_of(er)
-        if runner_id is not None and not isinstance(decision, (decide.PatchStatus, decide.CreatePod)):
-            er = await self._write_runner_id(er, runner_id)
-            runner_id = None
         match decision:
             case decide.DeleteRunner(reason=reason, message=message):
                 if reason == "RunnerSucceeded":  # the normal end of every runner: a log line, not an Event write
@@ -396,11 +395,13 @@ class RunnerReconciler:
                 else:
                     await self.events.warning(er, reason, message)
                 if reason in decide.FINISHED_REASONS:
-                    return await self._finish(er, pod, reason, message)
+                    return await self._finish(er, pod, reason, message, runner_id)
                 await self._delete_er(er, reason)
                 return DONE
             case decide.RecordFailure(reason=reason, message=message, status_patch=patch):
                 assert pod is not None
+                if runner_id is not None:
+                    patch = _merged(patch or {"status": {}}, runner_id)
                 if patch is not None:
                     await self.writer.patch_status(
                         EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
@@ -418,10 +419,10 @@ class RunnerReconciler:
                     await self.writer.delete(PODS, key, uid=pod.metadata.uid, missing_ok=True)
                 return DONE
             case decide.MarkFailed(reason=reason, message=message):
-                return await self._mark_failed(er, message, reason)
+                return await self._mark_failed(er, message, reason, runner_id)
             case decide.MarkOutdated(status_patch=patch):
                 await self.writer.patch_status(
-                    EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
+                    EPHEMERAL_RUNNERS, key, _merged(patch, runner_id), resource_version=er.metadata.resource_version
                 )
                 self.metrics.outdated.inc()
                 await self.events.warning(
@@ -433,15 +434,14 @@ class RunnerReconciler:
                 await self._cleanup_resources(er)
                 return DONE
             case decide.PatchStatus(status_patch=patch, requeue_after=after):
-                if runner_id is not None:
-                    patch = {"status": {**runner_id, **patch["status"]}}
                 await self.writer.patch_status(
-                    EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
+                    EPHEMERAL_RUNNERS, key, _merged(patch, runner_id), resource_version=er.metadata.resource_version
                 )
                 return Result(requeue_after=after) if after is not None else DONE
             case decide.CreatePod():
                 return await self._create_pod(er, runner_id)
             case decide.Wait(requeue_after=after):
+                await self._write_runner_id(er, runner_id)
                 return Result(requeue_after=after) if after is not None else DONE
         raise AssertionError(f"unknown decision {decision!r}")
 
@@ -455,8 +455,7 @@ class RunnerReconciler:
                 er, user_agent=self.user_agent, exclude_label_prefixes=self.exclude_label_prefixes
             )
         except build.PodBuildError as exc:
-            er = await self._write_runner_id(er, runner_id)
-            return await self._mark_failed(er, f"Failed to build the pod: {exc}")
+            return await self._mark_failed(er, f"Failed to build the pod: {exc}", runner_id=runner_id)
         try:
             await self.writer.create(PODS, body)
         except AlreadyExists:
@@ -466,28 +465,30 @@ class RunnerReconciler:
                 return Result(requeue_after=self.settings.already_exists_requeue)
             return await self._apply(er, pod, decide.decide_pod(er, pod, self.clock.now(), self.settings), runner_id)
         except Invalid as exc:
-            er = await self._write_runner_id(er, runner_id)
-            return await self._mark_failed(er, f"Failed to create the pod: {exc.message}")
+            return await self._mark_failed(er, f"Failed to create the pod: {exc.message}", runner_id=runner_id)
         except Forbidden as exc:
-            er = await self._write_runner_id(er, runner_id)
             if "exceeded quota:" in exc.message:
                 await self.events.warning(er, "ExceededQuota", exc.message)
                 decision = decide.quota_decision(er, self.clock.now(), self.settings)
-                return await self._apply(er, None, decision)
-            return await self._mark_failed(er, f"Failed to create the pod: {exc.message}")
+                return await self._apply(er, None, decision, runner_id)
+            return await self._mark_failed(er, f"Failed to create the pod: {exc.message}", runner_id=runner_id)
         self.metrics.pods_created.inc()
         patch = decide.pod_created_patch(er, runner_id)
         if patch is not None:
             await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
         return DONE
 
-    async def _mark_failed(self, er: EphemeralRunner, message: str, reason: str = "InvalidPod") -> Result:
-        er = await self._write_failed(er, reason, message)
+    async def _mark_failed(
+        self, er: EphemeralRunner, message: str, reason: str = "InvalidPod", runner_id: JsonTree | None = None
+    ) -> Result:
+        er = await self._write_failed(er, reason, message, runner_id)
         await self.events.warning(er, reason, message)
         await self._remove_best_effort(er)
         return DONE
 
-    async def _write_failed(self, er: EphemeralRunner, reason: str, message: str) -> EphemeralRunner:
+    async def _write_failed(
+        self, er: EphemeralRunner, reason: str, message: str, runner_id: JsonTree | None = None
+    ) -> EphemeralRunner:
         """Stamp ``failed-at`` (metadata), then status phase Failed, both locked on what was read
         (the second on the first's answer). A crash between them leaves a harmless stamp on a
         runner that is not Failed; the next failure stamps again."""
@@ -499,7 +500,10 @@ class RunnerReconciler:
             resource_version=er.metadata.resource_version,
         )
         er = await self.writer.patch_status(
-            EPHEMERAL_RUNNERS, key, decide.failed_patch(reason, message), resource_version=er.metadata.resource_version
+            EPHEMERAL_RUNNERS,
+            key,
+            _merged(decide.failed_patch(reason, message), runner_id),
+            resource_version=er.metadata.resource_version,
         )
         self._count_failure(er, reason)
         return er
@@ -509,7 +513,9 @@ class RunnerReconciler:
         name = er.metadata.labels.get(LABEL_SCALE_SET_NAME) or (ref.name if ref is not None else "")
         self.metrics.failures.labels(er.metadata.namespace, name, reason).inc()
 
-    async def _finish(self, er: EphemeralRunner, pod: Pod | None, reason: str, message: str) -> Result:
+    async def _finish(
+        self, er: EphemeralRunner, pod: Pod | None, reason: str, message: str, runner_id: JsonTree | None = None
+    ) -> Result:
         """A runner that ended after its job (or exited 0) is not deleted here: one locked status
         patch, phase Succeeded with ``finishedAt``. The runner-set worker keeps counting it until
         the listener has accounted for its job, then deletes it, so no replacement is ever made for
@@ -520,7 +526,7 @@ class RunnerReconciler:
         er = await self.writer.patch_status(
             EPHEMERAL_RUNNERS,
             key,
-            decide.finished_patch(reason, message, self.clock.now()),
+            _merged(decide.finished_patch(reason, message, self.clock.now()), runner_id),
             resource_version=er.metadata.resource_version,
         )
         self.metrics.runners_deleted.labels(reason).inc()
@@ -778,6 +784,13 @@ class RunnerReconciler:
             await self.writer.patch_merge(EPHEMERAL_RUNNERS, key, mark, resource_version=er.metadata.resource_version)
             written = True
         return "recorded" if written else "unchanged"
+
+
+def _merged(patch: JsonTree, runner_id: JsonTree | None) -> JsonTree:
+    """A status merge patch with this pass's runner id fields folded in."""
+    if runner_id is None:
+        return patch
+    return {"status": {**runner_id, **patch.get("status", {})}}
 
 
 def _owned_by_uid(obj: Any, er: EphemeralRunner) -> bool:
