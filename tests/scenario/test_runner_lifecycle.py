@@ -78,13 +78,19 @@ async def test_exit_0_deletes_runner_and_unregisters(runner_env):
     await env.wait_finished("er-ok", "RunnerSucceeded")
     await env.wait_gone("er-ok")
     assert er.status.runner_id not in await _service_ids(env)
-    await wait_for(lambda: _owned_gone(env, "er-ok"), what="pod and Secret collected with the ER")
+    await _wait_collected(env, "er-ok")
 
 
 async def _owned_gone(env, name):
     """The ER's pod and JIT Secret are gone (or going): owner-reference garbage collection."""
     pod, secret = await env.pod(name), await env.secret_of(name)
     return (pod is None or pod.metadata.is_deleting) and (secret is None or secret.metadata.is_deleting)
+
+
+async def _wait_collected(env, name):
+    """kube-controller-manager's garbage collector watches a CRD only after its next discovery
+    pass (every 30 s), so right after the suite installs the CRDs collection can lag that long."""
+    await wait_for(lambda: _owned_gone(env, name), timeout=60, what="pod and Secret collected with the ER")
 
 
 def _spy_writes(env, monkeypatch, name):
@@ -122,7 +128,7 @@ async def test_teardown_is_one_finalizer_patch_and_gc_takes_pod_and_secret(runne
     assert [(verb, plural) for verb, plural, _ in seen] == [("patch", "ephemeralrunners")], seen
     assert seen[0][2] == {"metadata": {"finalizers": []}}
     assert er.status.runner_id not in await _service_ids(env)
-    await wait_for(lambda: _owned_gone(env, "er-td"), what="pod and Secret collected with the ER")
+    await _wait_collected(env, "er-td")
 
 
 async def test_finished_runner_after_its_job_is_not_removed_again_at_the_service(runner_env):
@@ -144,7 +150,7 @@ async def test_finished_runner_after_its_job_is_not_removed_again_at_the_service
     await env.wait_gone("er-fin")  # released by the runner worker (no runner-set worker here)
     endpoints = [r.endpoint for r in await env.sim.control.requests() if r.method != "GET"]
     assert "remove_runner" not in endpoints, endpoints
-    await wait_for(lambda: _owned_gone(env, "er-fin"), what="pod and Secret collected with the ER")
+    await _wait_collected(env, "er-fin")
 
 
 async def test_exit_7_marks_outdated_and_removes_from_service(runner_env):
