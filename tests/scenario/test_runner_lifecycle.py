@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 
+import anyio
 import msgspec
 import pytest
 
@@ -49,6 +50,68 @@ async def test_er_gets_finalizers_secret_pod_and_runner_id(runner_env):
     assert env_by_name[ENV_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE]["value"] == "1"
     runners = await env.service_runners()
     assert [r.id for r in runners] == [er.status.runner_id]
+
+
+async def test_creation_is_the_jit_call_plus_minimal_writes(runner_env, monkeypatch):
+    """Issue 10: creating a runner reads no Secret (create it; only a RunnerExists answer makes
+    the worker read it) and writes one finalizer patch, the Secret, the pod and ONE status patch
+    (runner id with phase Pending); the pod's own Pending needs no further status copy."""
+    env = runner_env
+    rec = env.reconciler
+    name = "er-new"
+    writes, secret_reads, passes = [], [], []
+    real_status, real_merge = rec.writer.patch_status, rec.writer.patch_merge
+    real_get, real_pass = rec.reader.get_or_none, rec._reconcile
+
+    async def patch_status(resource, key, body, *args, **kwargs):
+        if key == env.key(name):
+            writes.append(("status", body))
+        return await real_status(resource, key, body, *args, **kwargs)
+
+    async def patch_merge(resource, key, body, *args, **kwargs):
+        if key == env.key(name):
+            writes.append(("merge", body))
+        return await real_merge(resource, key, body, *args, **kwargs)
+
+    async def get_or_none(resource, key, *args, **kwargs):
+        if resource is SECRETS and key == env.key(name):
+            secret_reads.append(key)
+        return await real_get(resource, key, *args, **kwargs)
+
+    async def one_pass(key):
+        started = anyio.current_time()
+        try:
+            return await real_pass(key)
+        finally:
+            if key == env.key(name):
+                passes.append(started)
+
+    monkeypatch.setattr(rec.writer, "patch_status", patch_status)
+    monkeypatch.setattr(rec.writer, "patch_merge", patch_merge)
+    monkeypatch.setattr(rec.reader, "get_or_none", get_or_none)
+    monkeypatch.setattr(rec, "_reconcile", one_pass)
+    await env.create_er(name)
+    er, _ = await _registered(env, name)
+    # the kubelet's part: the runner container is waiting for its image, pod phase Pending
+    await env.set_pod_status(
+        name,
+        {
+            "phase": "Pending",
+            "containerStatuses": [
+                {"name": "runner", "ready": False, "restartCount": 0, "image": "x", "state": {"waiting": {}}}
+            ],
+        },
+    )
+    after = anyio.current_time()
+    await wait_for(lambda: any(t >= after for t in passes), what="a pass that saw the Pending pod")
+    assert secret_reads == []
+    assert [kind for kind, _ in writes] == ["merge", "status"], writes
+    assert writes[1][1]["status"] == {
+        "runnerId": er.status.runner_id,
+        "runnerName": name,
+        "phase": "Pending",
+        "ready": False,
+    }
 
 
 async def _with_runner_id(env, name):
