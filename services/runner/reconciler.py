@@ -193,6 +193,15 @@ class RunnerReconciler:
                 await self._write_failed(er, "InvalidSpec", message)
                 await self.events.warning(er, "InvalidSpec", message)
                 return DONE
+            try:  # a template that can never yield a runner pod: no registration either
+                build.build_runner_pod(
+                    er, user_agent=self.user_agent, exclude_label_prefixes=self.exclude_label_prefixes
+                )
+            except build.PodBuildError as exc:
+                message = f"Failed to build the pod: {exc}"
+                er = await self._write_failed(er, "InvalidPod", message)
+                await self.events.warning(er, "InvalidPod", message)
+                return DONE
         er = await self._ensure_finalizers(er)
         registered_now: JsonTree | None = None
         if not status.runner_id:

@@ -227,6 +227,11 @@ async def test_invalid_pod_template_marks_failed(runner_env):
     er = await wait_for(failed, what="phase Failed")
     assert er.status.reason == "InvalidPod"
     assert await env.pod("er-invalid") is None
+    # found before registering: no runner at the service, no finalizers, no Secret (one metadata
+    # patch — the failed-at stamp — and one status patch in that pass)
+    assert "er-invalid" not in {r.name for r in await env.service_runners()}
+    assert er.metadata.finalizers == []
+    assert await env.secret_of("er-invalid") is None
     await env.kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-invalid"))
     await env.wait_gone("er-invalid")
 
