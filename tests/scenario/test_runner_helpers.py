@@ -30,7 +30,7 @@ FAST = RunnerSettings(
     job_still_running_requeue=0.2,
     runner_exists_requeue=0.05,
     already_exists_requeue=0.1,
-    finished_release_after=1.0,  # no runner-set worker here: the runner worker releases finished runners
+    finished_release_after=3.0,  # no runner-set worker here: the runner worker releases finished runners (a window wide enough for wait_finished on a loaded machine)
 )
 
 
