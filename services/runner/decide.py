@@ -442,10 +442,32 @@ def quota_decision(er: EphemeralRunner, now: datetime, settings: RunnerSettings)
     return Wait(settings.quota_retry, "exceeded quota")
 
 
-def finished_patch(reason: str, message: str) -> JsonTree:
+def finished_patch(reason: str, message: str, now: datetime) -> JsonTree:
     """Status of a runner that ended after its job (or exited 0): ARC's Succeeded ("finished")
-    phase; ``reason`` says how it ended (RunnerSucceeded, PodFailedWithJob, ...)."""
-    return {"status": {"phase": "Succeeded", "reason": reason, "message": message, "ready": False}}
+    phase; ``reason`` says how it ended (RunnerSucceeded, PodFailedWithJob, ...); ``finishedAt``
+    in the same patch (README "Typed state (new fields)")."""
+    return {
+        "status": {
+            "phase": "Succeeded",
+            "reason": reason,
+            "message": message,
+            "ready": False,
+            "finishedAt": kube_time(now),
+        }
+    }
+
+
+def registration_gone(er: EphemeralRunner) -> bool:
+    """The service has provably dropped this runner's registration: it exited 0 after a job, and
+    an ephemeral runner deregisters when its one job ends, so a removal could only answer
+    ``AgentNotFound`` (README "runner worker", deletion)."""
+    status = _status(er)
+    return status.phase == "Succeeded" and status.reason == "RunnerSucceeded" and status.has_job()
+
+
+def pod_terminal(pod: Pod) -> bool:
+    """The pod runs nothing any more (phase Succeeded or Failed)."""
+    return pod.status.phase in ("Succeeded", "Failed")
 
 
 def finished_release_wait(finished: datetime | None, now: datetime, settings: RunnerSettings) -> float:
@@ -494,6 +516,16 @@ def should_abandon_removal(
         return False
     waited = _seconds_since(deleting_since, now)
     return waited is not None and waited >= settings.removal_give_up_after
+
+
+def pod_created_patch(er: EphemeralRunner, runner_id: JsonTree | None) -> JsonTree | None:
+    """The status patch after creating the pod: the runner id registered in the same pass (if
+    any) and phase Pending, not ready; None when status already says exactly that."""
+    status = _status(er)
+    fields: JsonTree = dict(runner_id or {})
+    if status.phase != "Pending" or status.ready:
+        fields.update({"phase": "Pending", "ready": False})
+    return {"status": fields} if fields else None
 
 
 def runner_id_patch(er: EphemeralRunner, runner_id: int, runner_name: str) -> JsonTree | None:

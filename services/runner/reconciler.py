@@ -9,6 +9,7 @@ and decides again, and a write without a precondition is refused before it is se
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import anyio
@@ -29,6 +30,7 @@ from shared.api.constants import (
     FINALIZER_EPHEMERAL_RUNNER,
     FINALIZER_RUNNER_REGISTRATION,
     KIND_EPHEMERAL_RUNNER,
+    LABEL_EPHEMERAL_RUNNER,
     LABEL_RUNNER_POD,
     LABEL_SCALE_SET_NAME,
 )
@@ -49,6 +51,7 @@ from shared.kube import (
     Invalid,
     InvolvedObject,
     KubeError,
+    NotFound,
     ObjectKey,
     ReconcileContext,
     Resource,
@@ -61,6 +64,10 @@ from shared.version import version
 from shared.worker import ActionsCredentialsUnavailable, WorkerContext
 
 log = get_logger(__name__)
+
+JsonTree = dict[str, Any]
+# The runner worker's own finalizers; teardown removes both in one patch (README "runner worker").
+OWN_FINALIZERS = (FINALIZER_EPHEMERAL_RUNNER, FINALIZER_RUNNER_REGISTRATION)
 
 
 class ClientSource(Protocol):
@@ -95,6 +102,7 @@ class RunnerReconciler:
         metrics: RunnerMetrics | None = None,
         clock: Clock = SYSTEM_CLOCK,
         namespaces: tuple[str, ...] = (),
+        cached_pod: Callable[[ObjectKey], Pod | None] | None = None,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -110,6 +118,9 @@ class RunnerReconciler:
         # the create), by ER key, with the ER uid they belong to: the next pass writes the same
         # registration instead of registering the runner again (README "runner worker", step 5).
         self._unwritten_jit: dict[ObjectKey, tuple[str, Any]] = {}
+        # The worker's pod informer (runner pods): existence and outcome without a GET. None (tests
+        # without a runtime): every pod is read from the server.
+        self._cached_pod = cached_pod
 
     @classmethod
     def from_context(cls, ctx: WorkerContext, settings: RunnerSettings) -> RunnerReconciler:
@@ -122,6 +133,7 @@ class RunnerReconciler:
             user_agent=f"runnerscale/{version()}",
             metrics=runner_metrics(ctx.registry),
             namespaces=ctx.settings.namespaces,
+            cached_pod=lambda key: ctx.cached(PODS, key, label_selector=f"{LABEL_EPHEMERAL_RUNNER}=True"),
         )
 
     # --- entry points ---------------------------------------------------------------------------
@@ -169,37 +181,55 @@ class RunnerReconciler:
             return await self._finalize(er)
         status = er.status or EphemeralRunnerStatus()
         if status.is_done():
-            await self._cleanup_resources(er)
             if status.phase == EphemeralRunnerPhase.SUCCEEDED:
+                # Finished: pod and Secret go with the ER (owner-reference garbage collection).
                 return await self._release_if_abandoned(er)
+            await self._cleanup_resources(er)
             return DONE
-        er = await self._ensure_finalizers(er)
         if not status.runner_id:
             problems = validate(er)
-            if problems:
+            if problems:  # before the finalizers: nothing was registered, nothing needs them
                 message = "invalid EphemeralRunner: " + "; ".join(f"{p.path}: {p.message}" for p in problems)
                 await self._write_failed(er, "InvalidSpec", message)
                 await self.events.warning(er, "InvalidSpec", message)
                 return DONE
-        secret = await self._ensure_secret(er)
-        er = await self._ensure_runner_id(er, secret)
+            try:  # a template that can never yield a runner pod: no registration either
+                build.build_runner_pod(
+                    er, user_agent=self.user_agent, exclude_label_prefixes=self.exclude_label_prefixes
+                )
+            except build.PodBuildError as exc:
+                message = f"Failed to build the pod: {exc}"
+                er = await self._write_failed(er, "InvalidPod", message)
+                await self.events.warning(er, "InvalidPod", message)
+                return DONE
+        er = await self._ensure_finalizers(er)
+        registered_now: JsonTree | None = None
+        if not status.runner_id:
+            # Registration: JIT call, then create the Secret (no read first). Its runner id goes
+            # into this pass's one status patch (README "runner worker", steps 5-6).
+            secret = await self._ensure_secret(er)
+            registered_now = await self._runner_id_fields(er, secret)
         if decide.too_many_failures(er, self.settings):
-            return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings))
-        pod = await self.reader.get_or_none(PODS, key)
-        if pod is None:
-            # The ER was read before the pod: a job recorded just before the pod vanished is not in
-            # that read. Re-read it, so a lost pod with a job deletes the runner instead of getting
-            # a new pod for a spent JIT config (README "runner worker", pod outcome table).
-            fresh = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
-            if fresh is None or fresh.metadata.resource_version != er.metadata.resource_version:
-                return Result(requeue_after=0.0)
+            return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings), registered_now)
+        pod = self._cached_pod(key) if self._cached_pod is not None else None
+        if pod is None and registered_now is None:
+            # Not in the cache (or no cache): read the server; and the ER was read before the pod,
+            # so a job recorded just before the pod vanished is not in that read. Re-read it, so a
+            # lost pod with a job deletes the runner instead of getting a new pod for a spent JIT
+            # config (README "runner worker", pod outcome table). A runner registered in this very
+            # pass has never had a pod, so it needs neither read.
+            pod = await self.reader.get_or_none(PODS, key)
+            if pod is None:
+                fresh = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
+                if fresh is None or fresh.metadata.resource_version != er.metadata.resource_version:
+                    return Result(requeue_after=0.0)
         now = self.clock.now()
         decision = (
             decide.decide_missing_pod(er, now, self.settings)
             if pod is None
             else decide.decide_pod(er, pod, now, self.settings)
         )
-        return await self._apply(er, pod, decision)
+        return await self._apply(er, pod, decision, registered_now)
 
     async def _ensure_finalizers(self, er: EphemeralRunner) -> EphemeralRunner:
         current = list(er.metadata.finalizers)
@@ -223,11 +253,10 @@ class RunnerReconciler:
             raise
 
     async def _ensure_secret(self, er: EphemeralRunner) -> Secret:
+        """The JIT Secret of an ER whose status has no runner id yet. No read first: the JIT call,
+        then the create. Only when the service says the name is registered already (a pass that
+        wrote the Secret but not the status) is the Secret read, and used if it is this ER's."""
         key = EPHEMERAL_RUNNERS.key_of(er)
-        secret = await self.reader.get_or_none(SECRETS, key)
-        if secret is not None:
-            self._unwritten_jit.pop(key, None)
-            return secret
         unwritten = self._unwritten_jit.get(key)
         if unwritten is not None and unwritten[0] == er.metadata.uid:
             return await self._write_jit_secret(er, unwritten[1])
@@ -241,6 +270,9 @@ class RunnerReconciler:
                 )
         except RunnerExistsError:
             self.metrics.jit_configs.labels("runner_exists").inc()
+            existing = await self.reader.get_or_none(SECRETS, key)
+            if existing is not None and not existing.metadata.is_deleting and _owned_by_uid(existing, er):
+                return existing
             try:
                 with anyio.fail_after(self.settings.actions_call_timeout):
                     result = await self._resolve_name_collision(er, client)
@@ -325,10 +357,9 @@ class RunnerReconciler:
         await self._delete_er(er, "RunnerNameTaken")
         return DONE
 
-    async def _ensure_runner_id(self, er: EphemeralRunner, secret: Secret) -> EphemeralRunner:
-        status = er.status or EphemeralRunnerStatus()
-        if status.runner_id:
-            return er
+    async def _runner_id_fields(self, er: EphemeralRunner, secret: Secret) -> JsonTree:
+        """``runnerId``/``runnerName`` from the JIT Secret, for this pass's status patch (an
+        unusable Secret is deleted and the pass ends: the next one registers again)."""
         try:
             runner_id = build.parse_runner_id(secret.decoded(build.SECRET_KEY_RUNNER_ID))
             raw_name = secret.decoded(build.SECRET_KEY_RUNNER_NAME)
@@ -343,16 +374,28 @@ class RunnerReconciler:
             await self.writer.delete(SECRETS, SECRETS.key_of(secret), uid=secret.metadata.uid, missing_ok=True)
             raise _Stop(Result(requeue_after=0.0))
         name = raw_name.decode("utf-8", "replace") if raw_name else er.metadata.name
-        patch = decide.runner_id_patch(er, runner_id, name)
-        if patch is None:
+        return {"runnerId": runner_id, "runnerName": name}
+
+    async def _write_runner_id(self, er: EphemeralRunner, fields: JsonTree | None) -> EphemeralRunner:
+        """Write the runner id on its own (a decision that writes no status of its own)."""
+        if fields is None:
             return er
         return await self.writer.patch_status(
-            EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), patch, resource_version=er.metadata.resource_version
+            EPHEMERAL_RUNNERS,
+            EPHEMERAL_RUNNERS.key_of(er),
+            {"status": fields},
+            resource_version=er.metadata.resource_version,
         )
 
     # --- applying a decision ------------------------------------------------------------------------
 
-    async def _apply(self, er: EphemeralRunner, pod: Pod | None, decision: decide.Decision) -> Result:
+    async def _apply(
+        self, er: EphemeralRunner, pod: Pod | None, decision: decide.Decision, runner_id: JsonTree | None = None
+    ) -> Result:
+        """Apply one decision: at most one metadata patch and one status patch per pass (README
+        "runner worker"). ``runner_id``: status fields of a registration made in this pass, folded
+        into the decision's own status patch; written alone only when the decision writes none (a
+        runner about to be deleted needs none: its removal reads the id from the Secret)."""
         key = EPHEMERAL_RUNNERS.key_of(er)
         match decision:
             case decide.DeleteRunner(reason=reason, message=message):
@@ -361,11 +404,13 @@ class RunnerReconciler:
                 else:
                     await self.events.warning(er, reason, message)
                 if reason in decide.FINISHED_REASONS:
-                    return await self._finish(er, reason, message)
+                    return await self._finish(er, pod, reason, message, runner_id)
                 await self._delete_er(er, reason)
                 return DONE
             case decide.RecordFailure(reason=reason, message=message, status_patch=patch):
                 assert pod is not None
+                if runner_id is not None:
+                    patch = _merged(patch or {"status": {}}, runner_id)
                 if patch is not None:
                     await self.writer.patch_status(
                         EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
@@ -383,10 +428,10 @@ class RunnerReconciler:
                     await self.writer.delete(PODS, key, uid=pod.metadata.uid, missing_ok=True)
                 return DONE
             case decide.MarkFailed(reason=reason, message=message):
-                return await self._mark_failed(er, message, reason)
+                return await self._mark_failed(er, message, reason, runner_id)
             case decide.MarkOutdated(status_patch=patch):
                 await self.writer.patch_status(
-                    EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
+                    EPHEMERAL_RUNNERS, key, _merged(patch, runner_id), resource_version=er.metadata.resource_version
                 )
                 self.metrics.outdated.inc()
                 await self.events.warning(
@@ -399,44 +444,60 @@ class RunnerReconciler:
                 return DONE
             case decide.PatchStatus(status_patch=patch, requeue_after=after):
                 await self.writer.patch_status(
-                    EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
+                    EPHEMERAL_RUNNERS, key, _merged(patch, runner_id), resource_version=er.metadata.resource_version
                 )
                 return Result(requeue_after=after) if after is not None else DONE
             case decide.CreatePod():
-                return await self._create_pod(er)
+                return await self._create_pod(er, runner_id)
             case decide.Wait(requeue_after=after):
+                await self._write_runner_id(er, runner_id)
                 return Result(requeue_after=after) if after is not None else DONE
         raise AssertionError(f"unknown decision {decision!r}")
 
-    async def _create_pod(self, er: EphemeralRunner) -> Result:
+    async def _create_pod(self, er: EphemeralRunner, runner_id: JsonTree | None) -> Result:
+        """Create the pod (existence came from the cache or a read; AlreadyExists means: read it and
+        decide on it), then one status patch: the runner id of this pass's registration and phase
+        Pending (the phase of a pod just created, so its first Pending copy is no write)."""
+        key = EPHEMERAL_RUNNERS.key_of(er)
         try:
             body = build.build_runner_pod(
                 er, user_agent=self.user_agent, exclude_label_prefixes=self.exclude_label_prefixes
             )
         except build.PodBuildError as exc:
-            return await self._mark_failed(er, f"Failed to build the pod: {exc}")
+            return await self._mark_failed(er, f"Failed to build the pod: {exc}", runner_id=runner_id)
         try:
             await self.writer.create(PODS, body)
         except AlreadyExists:
-            return Result(requeue_after=self.settings.already_exists_requeue)
+            pod = await self.reader.get_or_none(PODS, key)
+            if pod is None or pod.metadata.is_deleting or not _owned_by_uid(pod, er):
+                await self._write_runner_id(er, runner_id)  # a namesake being deleted: try again later
+                return Result(requeue_after=self.settings.already_exists_requeue)
+            return await self._apply(er, pod, decide.decide_pod(er, pod, self.clock.now(), self.settings), runner_id)
         except Invalid as exc:
-            return await self._mark_failed(er, f"Failed to create the pod: {exc.message}")
+            return await self._mark_failed(er, f"Failed to create the pod: {exc.message}", runner_id=runner_id)
         except Forbidden as exc:
             if "exceeded quota:" in exc.message:
                 await self.events.warning(er, "ExceededQuota", exc.message)
                 decision = decide.quota_decision(er, self.clock.now(), self.settings)
-                return await self._apply(er, None, decision)
-            return await self._mark_failed(er, f"Failed to create the pod: {exc.message}")
+                return await self._apply(er, None, decision, runner_id)
+            return await self._mark_failed(er, f"Failed to create the pod: {exc.message}", runner_id=runner_id)
         self.metrics.pods_created.inc()
+        patch = decide.pod_created_patch(er, runner_id)
+        if patch is not None:
+            await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
         return DONE
 
-    async def _mark_failed(self, er: EphemeralRunner, message: str, reason: str = "InvalidPod") -> Result:
-        er = await self._write_failed(er, reason, message)
+    async def _mark_failed(
+        self, er: EphemeralRunner, message: str, reason: str = "InvalidPod", runner_id: JsonTree | None = None
+    ) -> Result:
+        er = await self._write_failed(er, reason, message, runner_id)
         await self.events.warning(er, reason, message)
         await self._remove_best_effort(er)
         return DONE
 
-    async def _write_failed(self, er: EphemeralRunner, reason: str, message: str) -> EphemeralRunner:
+    async def _write_failed(
+        self, er: EphemeralRunner, reason: str, message: str, runner_id: JsonTree | None = None
+    ) -> EphemeralRunner:
         """Stamp ``failed-at`` (metadata), then status phase Failed, both locked on what was read
         (the second on the first's answer). A crash between them leaves a harmless stamp on a
         runner that is not Failed; the next failure stamps again."""
@@ -448,7 +509,10 @@ class RunnerReconciler:
             resource_version=er.metadata.resource_version,
         )
         er = await self.writer.patch_status(
-            EPHEMERAL_RUNNERS, key, decide.failed_patch(reason, message), resource_version=er.metadata.resource_version
+            EPHEMERAL_RUNNERS,
+            key,
+            _merged(decide.failed_patch(reason, message), runner_id),
+            resource_version=er.metadata.resource_version,
         )
         self._count_failure(er, reason)
         return er
@@ -458,36 +522,33 @@ class RunnerReconciler:
         name = er.metadata.labels.get(LABEL_SCALE_SET_NAME) or (ref.name if ref is not None else "")
         self.metrics.failures.labels(er.metadata.namespace, name, reason).inc()
 
-    async def _finish(self, er: EphemeralRunner, reason: str, message: str) -> Result:
-        """A runner that ended after its job (or exited 0) is not deleted here: stamp
-        ``finished-at`` (locked), then status Succeeded (locked on that answer), then delete its pod
-        and Secret. The runner-set worker keeps counting it until the listener has accounted for
-        its job, then deletes it, so no replacement is ever made for a finished job (README
-        "runner-set worker", finished runners). A crash between the writes redoes them."""
+    async def _finish(
+        self, er: EphemeralRunner, pod: Pod | None, reason: str, message: str, runner_id: JsonTree | None = None
+    ) -> Result:
+        """A runner that ended after its job (or exited 0) is not deleted here: one locked status
+        patch, phase Succeeded with ``finishedAt``. The runner-set worker keeps counting it until
+        the listener has accounted for its job, then deletes it, so no replacement is ever made for
+        a finished job (README "runner-set worker", finished runners). Pod and Secret go with the
+        ER (owner-reference garbage collection); only a pod still running (a hung runner, a
+        sidecar after the runner's exit) is deleted now, with the uid of the pod decided on."""
         key = EPHEMERAL_RUNNERS.key_of(er)
-        if finished.finished_at(er.metadata) is None:
-            er = await self.writer.patch_merge(
-                EPHEMERAL_RUNNERS,
-                key,
-                finished.finished_at_patch(self.clock.now()),
-                resource_version=er.metadata.resource_version,
-            )
         er = await self.writer.patch_status(
             EPHEMERAL_RUNNERS,
             key,
-            decide.finished_patch(reason, message),
+            _merged(decide.finished_patch(reason, message, self.clock.now()), runner_id),
             resource_version=er.metadata.resource_version,
         )
         self.metrics.runners_deleted.labels(reason).inc()
         if reason in decide.FAILURE_DELETE_REASONS:
             self._count_failure(er, reason)
-        await self._cleanup_resources(er)
+        if pod is not None and not pod.metadata.is_deleting and not decide.pod_terminal(pod) and _owned_by(pod, er):
+            await self.writer.delete(PODS, key, uid=pod.metadata.uid, missing_ok=True)
         return await self._release_if_abandoned(er)
 
     async def _release_if_abandoned(self, er: EphemeralRunner) -> Result:
         """A finished runner is the runner-set worker's to delete; one still here
         ``finished_release_after`` after it finished (runner-set worker down) is deleted here."""
-        wait = decide.finished_release_wait(finished.finished_at(er.metadata), self.clock.now(), self.settings)
+        wait = decide.finished_release_wait(finished.finished_time(er), self.clock.now(), self.settings)
         if wait == float("inf"):
             return DONE
         if wait > 0:
@@ -529,6 +590,9 @@ class RunnerReconciler:
         a client can be built (bad URL, credentials gone), nothing was registered that we could
         remove, so the removal counts as done.
         """
+        if decide.registration_gone(er):
+            self.metrics.service_removals.labels("finished").inc()
+            return
         runner_id = await self._local_runner_id(er)
         try:
             client = await self.clients.for_spec(er.metadata.namespace, er.spec)
@@ -579,20 +643,25 @@ class RunnerReconciler:
     # --- deletion -----------------------------------------------------------------------------------------
 
     async def _finalize(self, er: EphemeralRunner) -> Result:
+        """Teardown in one pass: unregister (unless provably gone), clean container-hook leftovers,
+        then ONE locked patch removing both finalizers. The pod and the JIT Secret carry a
+        controller ownerReference to the ER, so garbage collection deletes them once it is gone."""
         finalizers = er.metadata.finalizers
+        if not any(f in finalizers for f in OWN_FINALIZERS):
+            return DONE
         if FINALIZER_RUNNER_REGISTRATION in finalizers:
             result = await self._unregister(er)
             if result is not None:
                 return result
-            updated = await self.writer.remove_finalizer(EPHEMERAL_RUNNERS, er, FINALIZER_RUNNER_REGISTRATION)
-            if updated is None:
-                return DONE
-            er = updated
-        if FINALIZER_EPHEMERAL_RUNNER in er.metadata.finalizers:
-            await self._cleanup_resources(er)
-            if er.spec.has_container_hook_configured():
-                await self._cleanup_hook_objects(er)
-            await self.writer.remove_finalizer(EPHEMERAL_RUNNERS, er, FINALIZER_EPHEMERAL_RUNNER)
+        if FINALIZER_EPHEMERAL_RUNNER in finalizers and er.spec.has_container_hook_configured():
+            await self._cleanup_hook_objects(er)
+        with contextlib.suppress(NotFound):
+            await self.writer.patch_merge(
+                EPHEMERAL_RUNNERS,
+                EPHEMERAL_RUNNERS.key_of(er),
+                {"metadata": {"finalizers": [f for f in finalizers if f not in OWN_FINALIZERS]}},
+                resource_version=er.metadata.resource_version,
+            )
         return DONE
 
     async def _pod_alive(self, er: EphemeralRunner) -> bool:
@@ -724,6 +793,18 @@ class RunnerReconciler:
             await self.writer.patch_merge(EPHEMERAL_RUNNERS, key, mark, resource_version=er.metadata.resource_version)
             written = True
         return "recorded" if written else "unchanged"
+
+
+def _merged(patch: JsonTree, runner_id: JsonTree | None) -> JsonTree:
+    """A status merge patch with this pass's runner id fields folded in."""
+    if runner_id is None:
+        return patch
+    return {"status": {**runner_id, **patch.get("status", {})}}
+
+
+def _owned_by_uid(obj: Any, er: EphemeralRunner) -> bool:
+    """This ER's uid is among the object's owners (what the runner worker creates always has it)."""
+    return any(r.uid == er.metadata.uid for r in obj.metadata.owner_references)
 
 
 def _owned_by(obj: Any, er: EphemeralRunner) -> bool:

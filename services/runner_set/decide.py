@@ -372,7 +372,7 @@ def finished_state(
             ok = applied.epoch > c.epoch or (applied.epoch == c.epoch and t >= at)
         if ok:
             return Finished.ACCOUNTED, 0.0
-    done = finished.finished_at(er.metadata)
+    done = finished.finished_time(er)
     if done is None:  # Succeeded without the runner worker's stamp (ARC, a user): reaped as the seeds do
         return Finished.EXPIRED, 0.0
     left = (FINISHED_HOLD - (now - done)).total_seconds()

@@ -5,7 +5,10 @@ its job, read back by the runner-set worker (README "Typed state (new fields)", 
   epoch>``, from the listener's JobCompleted. The listener publishes the JobCompleted events of a
   service message before the desired state computed from it, so a desired state of the same epoch
   whose time is at or after ``at`` (or of a later epoch) accounts for the completion.
-- ``actions.github.com/finished-at``: when the runner worker saw the runner finish (ISO 8601).
+- ``status.finishedAt``: when the runner worker saw the runner finish, written in the same status
+  patch as phase Succeeded. Runners finished by older versions carry it as the annotation
+  ``actions.github.com/finished-at`` (ISO 8601) instead; :func:`finished_time` reads both, so an
+  upgrade strands none of them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import msgspec
 
 from shared.api.constants import ANNOTATION_FINISHED_AT, ANNOTATION_JOB_COMPLETED
 from shared.api.meta import ObjectMeta
+from shared.api.types import EphemeralRunner
 
 # Marks written before the epoch field existed carry a time cut to whole seconds.
 _SECONDS = "%Y-%m-%dT%H:%M:%SZ"
@@ -59,8 +63,17 @@ def job_completion(meta: ObjectMeta) -> JobCompletion | None:
     return parse_completion(value) if value else None
 
 
+def finished_time(er: EphemeralRunner) -> dt.datetime | None:
+    """When the runner worker saw the runner finish: ``status.finishedAt``, else the annotation
+    older versions stamped (:func:`finished_at`), else None."""
+    at = er.status.finished_at if er.status is not None else None
+    if at is not None:
+        return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+    return finished_at(er.metadata)
+
+
 def finished_at(meta: ObjectMeta) -> dt.datetime | None:
-    """When the runner worker saw the runner finish, or None (absent / unparsable)."""
+    """The ``finished-at`` annotation of older versions, or None (absent / unparsable)."""
     raw = meta.annotations.get(ANNOTATION_FINISHED_AT, "")
     try:
         t = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
@@ -70,4 +83,5 @@ def finished_at(meta: ObjectMeta) -> dt.datetime | None:
 
 
 def finished_at_patch(now: dt.datetime) -> dict[str, dict[str, dict[str, str]]]:
+    """The annotation as older versions wrote it (tests of the upgrade path; nothing writes it now)."""
     return {"metadata": {"annotations": {ANNOTATION_FINISHED_AT: now.astimezone(dt.UTC).isoformat()}}}

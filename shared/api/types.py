@@ -305,6 +305,13 @@ class EphemeralRunnerStatus(_Status, kw_only=True):
     job_workflow_ref: str = ""
     workflow_run_id: int = 0
     job_display_name: str = ""
+    finished_at: Annotated[
+        datetime | None,
+        _doc(
+            "runnerscale: when the runner worker saw the runner end after its job; written with phase"
+            " Succeeded in one status patch. Null/absent: read the older finished-at annotation."
+        ),
+    ] = None
 
     def is_done(self) -> bool:
         return self.phase in (

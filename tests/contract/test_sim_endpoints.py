@@ -91,7 +91,8 @@ async def test_runner_registration_lookup_and_removal(actions_sim: ActionsSim) -
         await client.remove_runner(jit.runner.id)
         with pytest.raises(RunnerNotFoundError):
             await client.get_runner(jit.runner.id)
-        await client.remove_runner(jit.runner.id)  # already gone: removal is idempotent (204)
+        with pytest.raises(RunnerNotFoundError):  # already gone: 404 AgentNotFoundException, as the service
+            await client.remove_runner(jit.runner.id)
         with pytest.raises(ScaleSetNotFoundError):
             await client.generate_jit_config(scale_set.id + 100, "runner-other")
 

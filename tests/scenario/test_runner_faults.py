@@ -156,30 +156,41 @@ async def test_credentials_gone_on_deletion_is_quiet_bounded_and_released(
         assert "RunnerRemovalAbandoned" in reasons
 
 
-async def test_pod_lost_right_after_a_job_started_deletes_the_runner(runner_env, kube_api):
+async def test_pod_lost_right_after_a_job_started_deletes_the_runner(runner_env, monkeypatch):
     """The race behind test_pod_lost_while_running_a_job_deletes_the_runner timing out under load:
     the worker reads the ER (no job yet), the job is recorded and the pod vanishes, then the
-    worker's pod GET finds nothing. It must not create a new pod (for a spent JIT config) from
-    the stale ER read: it re-reads the ER first, sees the job, deletes the runner (issue 11)."""
+    worker finds no pod (its informer already saw the deletion). It must not create a new pod (for
+    a spent JIT config) from the stale ER read: it re-reads the ER first, sees the job, and
+    finishes the runner (issue 11). The worker's ER read is held right after it was answered."""
     env = runner_env
-    control = kube_api.require_emulator()
     await env.create_er("er-race")
     await wait_for(lambda: _runner_id(env, "er-race"), what="registered")
     pod = await env.wait_pod("er-race")
-    rule = await control.add_fault_async(
-        action="latency", verb="get", resource="pods", namespace=env.namespace, name="er-race", delay_seconds=3.0
-    )
-    # Wake the worker: its pass reads the ER, then its pod GET is held for 3 s.
+    reader = env.reconciler.reader
+    real_get = reader.get_or_none
+    armed, held, release = [True], anyio.Event(), anyio.Event()
+
+    async def get_or_none(resource, key, *args, **kwargs):
+        obj = await real_get(resource, key, *args, **kwargs)
+        if armed[0] and resource is EPHEMERAL_RUNNERS and key == env.key("er-race"):
+            armed[0] = False
+            held.set()
+            await release.wait()  # the answer (no job) is now stale
+        return obj
+
+    monkeypatch.setattr(reader, "get_or_none", get_or_none)
+    # Wake the worker: its pass reads the ER and is held there.
     await env.kube.writer.patch_merge(EPHEMERAL_RUNNERS, env.key("er-race"), {"metadata": {"labels": {"poke": "1"}}})
-
-    async def pod_get_held() -> bool:
-        return all(f.id != rule for f in await anyio.to_thread.run_sync(control.faults))
-
-    await wait_for(pod_get_held, what="the worker's pod GET held")
+    with anyio.fail_after(20):
+        await held.wait()
     await env.kube.writer.patch_status(
         EPHEMERAL_RUNNERS, env.key("er-race"), {"status": {"jobId": "job-1", "jobRequestId": 11}}
     )
     await env.kube.writer.delete(PODS, env.key("er-race"), uid=pod.metadata.uid)
+    cached = env.reconciler._cached_pod
+    await wait_for(lambda: cached(env.key("er-race")) is None, what="the worker's informer saw the pod go")
+    release.set()
+    await env.wait_finished("er-race", "PodLostWithJob")
     await env.wait_gone("er-race")
     await env.wait_events("er-race", "PodLostWithJob")  # a list of Events lags its writes (real API server)
 
@@ -216,6 +227,11 @@ async def test_invalid_pod_template_marks_failed(runner_env):
     er = await wait_for(failed, what="phase Failed")
     assert er.status.reason == "InvalidPod"
     assert await env.pod("er-invalid") is None
+    # found before registering: no runner at the service, no finalizers, no Secret (one metadata
+    # patch — the failed-at stamp — and one status patch in that pass)
+    assert "er-invalid" not in {r.name for r in await env.service_runners()}
+    assert er.metadata.finalizers == []
+    assert await env.secret_of("er-invalid") is None
     await env.kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-invalid"))
     await env.wait_gone("er-invalid")
 

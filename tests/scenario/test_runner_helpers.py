@@ -17,7 +17,6 @@ from shared.actions import ActionsClient, PersonalAccessToken
 from shared.api import EphemeralRunner
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
-    ANNOTATION_FINISHED_AT,
     LABEL_SCALE_SET_NAME,
     LABEL_SCALE_SET_NAMESPACE,
 )
@@ -31,7 +30,7 @@ FAST = RunnerSettings(
     job_still_running_requeue=0.2,
     runner_exists_requeue=0.05,
     already_exists_requeue=0.1,
-    finished_release_after=1.0,  # no runner-set worker here: the runner worker releases finished runners
+    finished_release_after=3.0,  # no runner-set worker here: the runner worker releases finished runners (a window wide enough for wait_finished on a loaded machine)
 )
 
 
@@ -123,15 +122,16 @@ class RunnerEnv:
 
     async def wait_finished(self, name: str, reason: str, timeout: float = 20.0) -> EphemeralRunner:
         """Wait until the runner worker has marked ``name`` finished (issue #14): status Succeeded
-        with ``reason`` and the finished-at stamp, its pod gone or going."""
+        with ``reason`` and ``status.finishedAt`` (one status patch), its pod gone, going or no
+        longer running (a finished runner's pod and Secret go with the ER, by garbage collection)."""
 
         async def finished() -> EphemeralRunner | None:
             er = await self.er(name)
             if er is None or er.status is None or er.status.phase != "Succeeded" or er.status.reason != reason:
                 return None
             pod = await self.pod(name)
-            done = ANNOTATION_FINISHED_AT in er.metadata.annotations and (pod is None or pod.metadata.is_deleting)
-            return er if done else None
+            stopped = pod is None or pod.metadata.is_deleting or pod.status.phase in ("Succeeded", "Failed")
+            return er if er.status.finished_at is not None and stopped else None
 
         return await wait_for(finished, timeout=timeout, what=f"{name} finished ({reason})")
 

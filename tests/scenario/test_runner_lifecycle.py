@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import base64
 
+import anyio
 import msgspec
 import pytest
 
 from shared.api.constants import (
     ANNOTATION_ACTIONABLE_REVISION,
+    ANNOTATION_FINISHED_AT,
     ENV_RUNNER_CONTAINER_HOOKS,
     ENV_RUNNER_JIT_CONFIG,
     ENV_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE,
@@ -50,6 +52,68 @@ async def test_er_gets_finalizers_secret_pod_and_runner_id(runner_env):
     assert [r.id for r in runners] == [er.status.runner_id]
 
 
+async def test_creation_is_the_jit_call_plus_minimal_writes(runner_env, monkeypatch):
+    """Issue 10: creating a runner reads no Secret (create it; only a RunnerExists answer makes
+    the worker read it) and writes one finalizer patch, the Secret, the pod and ONE status patch
+    (runner id with phase Pending); the pod's own Pending needs no further status copy."""
+    env = runner_env
+    rec = env.reconciler
+    name = "er-new"
+    writes, secret_reads, passes = [], [], []
+    real_status, real_merge = rec.writer.patch_status, rec.writer.patch_merge
+    real_get, real_pass = rec.reader.get_or_none, rec._reconcile
+
+    async def patch_status(resource, key, body, *args, **kwargs):
+        if key == env.key(name):
+            writes.append(("status", body))
+        return await real_status(resource, key, body, *args, **kwargs)
+
+    async def patch_merge(resource, key, body, *args, **kwargs):
+        if key == env.key(name):
+            writes.append(("merge", body))
+        return await real_merge(resource, key, body, *args, **kwargs)
+
+    async def get_or_none(resource, key, *args, **kwargs):
+        if resource is SECRETS and key == env.key(name):
+            secret_reads.append(key)
+        return await real_get(resource, key, *args, **kwargs)
+
+    async def one_pass(key):
+        started = anyio.current_time()
+        try:
+            return await real_pass(key)
+        finally:
+            if key == env.key(name):
+                passes.append(started)
+
+    monkeypatch.setattr(rec.writer, "patch_status", patch_status)
+    monkeypatch.setattr(rec.writer, "patch_merge", patch_merge)
+    monkeypatch.setattr(rec.reader, "get_or_none", get_or_none)
+    monkeypatch.setattr(rec, "_reconcile", one_pass)
+    await env.create_er(name)
+    er, _ = await _registered(env, name)
+    # the kubelet's part: the runner container is waiting for its image, pod phase Pending
+    await env.set_pod_status(
+        name,
+        {
+            "phase": "Pending",
+            "containerStatuses": [
+                {"name": "runner", "ready": False, "restartCount": 0, "image": "x", "state": {"waiting": {}}}
+            ],
+        },
+    )
+    after = anyio.current_time()
+    await wait_for(lambda: any(t >= after for t in passes), what="a pass that saw the Pending pod")
+    assert secret_reads == []
+    assert [kind for kind, _ in writes] == ["merge", "status"], writes
+    assert writes[1][1]["status"] == {
+        "runnerId": er.status.runner_id,
+        "runnerName": name,
+        "phase": "Pending",
+        "ready": False,
+    }
+
+
 async def _with_runner_id(env, name):
     er = await env.er(name)
     return er if er is not None and er.status is not None and er.status.runner_id else None
@@ -77,7 +141,79 @@ async def test_exit_0_deletes_runner_and_unregisters(runner_env):
     await env.wait_finished("er-ok", "RunnerSucceeded")
     await env.wait_gone("er-ok")
     assert er.status.runner_id not in await _service_ids(env)
-    assert await env.secret_of("er-ok") is None or (await env.secret_of("er-ok")).metadata.is_deleting
+    await _wait_collected(env, "er-ok")
+
+
+async def _owned_gone(env, name):
+    """The ER's pod and JIT Secret are gone (or going): owner-reference garbage collection."""
+    pod, secret = await env.pod(name), await env.secret_of(name)
+    return (pod is None or pod.metadata.is_deleting) and (secret is None or secret.metadata.is_deleting)
+
+
+async def _wait_collected(env, name):
+    """kube-controller-manager's garbage collector watches a CRD only after its next discovery
+    pass (every 30 s), so right after the suite installs the CRDs collection can lag that long."""
+    await wait_for(lambda: _owned_gone(env, name), timeout=60, what="pod and Secret collected with the ER")
+
+
+def _spy_writes(env, monkeypatch, name):
+    """Record the runner worker's own writes about ``name``: (verb, resource plural, body)."""
+    writer = env.reconciler.writer
+    seen = []
+    real_patch, real_delete = writer.patch_merge, writer.delete
+
+    async def patch_merge(resource, key, body, *args, **kwargs):
+        if key == env.key(name):
+            seen.append(("patch", resource.plural, body))
+        return await real_patch(resource, key, body, *args, **kwargs)
+
+    async def delete(resource, key, *args, **kwargs):
+        if key == env.key(name):
+            seen.append(("delete", resource.plural, None))
+        return await real_delete(resource, key, *args, **kwargs)
+
+    monkeypatch.setattr(writer, "patch_merge", patch_merge)
+    monkeypatch.setattr(writer, "delete", delete)
+    return seen
+
+
+async def test_teardown_is_one_finalizer_patch_and_gc_takes_pod_and_secret(runner_env, monkeypatch):
+    """Issue 10: deleting a runner is one pass: unregister, then ONE patch dropping both
+    finalizers; the pod and the JIT Secret are not deleted by the worker but collected by the
+    garbage collector (controller ownerReference to the ER)."""
+    env = runner_env
+    await env.create_er("er-td")
+    er, _ = await _registered(env, "er-td")
+    assert (await env.secret_of("er-td")).metadata.owner_references[0].controller
+    seen = _spy_writes(env, monkeypatch, "er-td")
+    await env.kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-td"))
+    await env.wait_gone("er-td")
+    assert [(verb, plural) for verb, plural, _ in seen] == [("patch", "ephemeralrunners")], seen
+    assert seen[0][2] == {"metadata": {"finalizers": []}}
+    assert er.status.runner_id not in await _service_ids(env)
+    await _wait_collected(env, "er-td")
+
+
+async def test_finished_runner_after_its_job_is_not_removed_again_at_the_service(runner_env):
+    """An ephemeral runner that exited 0 after its job has deregistered at the service (which then
+    answers 404 to a removal): its deletion makes no Actions call, and one status patch marked it
+    finished (phase Succeeded with finishedAt, no finished-at annotation write)."""
+    env = runner_env
+    await env.create_er("er-fin")
+    er, _ = await _registered(env, "er-fin")
+    await env.kube.writer.patch_status(EPHEMERAL_RUNNERS, env.key("er-fin"), {"status": {"jobId": "job-9"}})
+    from shared.actions import ActionsClient, PersonalAccessToken
+
+    async with ActionsClient.from_config(env.sim.config_url(), PersonalAccessToken(env.sim.pat)) as client:
+        await client.remove_runner(er.status.runner_id)  # the service drops it when its job ends
+    await env.sim.control.clear_requests()
+    await env.terminate("er-fin", 0, phase="Succeeded")
+    done = await env.wait_finished("er-fin", "RunnerSucceeded")
+    assert ANNOTATION_FINISHED_AT not in done.metadata.annotations
+    await env.wait_gone("er-fin")  # released by the runner worker (no runner-set worker here)
+    endpoints = [r.endpoint for r in await env.sim.control.requests() if r.method != "GET"]
+    assert "remove_runner" not in endpoints, endpoints
+    await _wait_collected(env, "er-fin")
 
 
 async def test_exit_7_marks_outdated_and_removes_from_service(runner_env):

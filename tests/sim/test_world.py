@@ -210,12 +210,14 @@ def test_remove_busy_runner_is_job_still_running_with_configured_status() -> Non
     assert err.value.status == 409 and "JobStillRunningException" in err.value.type_name
 
 
-def test_removing_a_gone_runner_is_a_no_op() -> None:
+def test_removing_a_gone_runner_is_agent_not_found() -> None:
     world, tenant, ss = make_world()
     runner = world.register_runner(tenant, ss, "r1", "tok", now=T0)
     world.remove_runner(tenant, runner.id)
-    world.remove_runner(tenant, runner.id)  # idempotent: no AgentNotFoundException
-    world.remove_runner(tenant, 999_999)
+    for gone in (runner.id, 999_999):  # as the service: A10 on an unknown id is 404
+        with pytest.raises(ServiceFault) as gone_err:
+            world.remove_runner(tenant, gone)
+        assert gone_err.value.status == 404 and "AgentNotFoundException" in gone_err.value.type_name
     with pytest.raises(ServiceFault) as err:
         world.runner(tenant, runner.id)
     assert err.value.status == 404

@@ -498,6 +498,27 @@ def test_finished_state_accounted_only_by_a_desired_state_computed_after_the_com
     assert state(old, a, 9, now)[0] is decide.Finished.ACCOUNTED
 
 
+def test_finished_time_is_read_from_status_and_from_the_older_annotation() -> None:
+    """The runner worker writes the finished time in status (one patch with phase Succeeded);
+    runners finished by older versions carry the annotation instead: both are held, none is
+    reaped at once as an unstamped (ARC) runner would be; status wins when both are there."""
+    now = T0 + dt.timedelta(seconds=1)
+    a = decide.parse_applied_desired(_applied(time=T0 + dt.timedelta(seconds=5), patch=9, replicas=2))
+    in_status = _finished(finished_at=None)
+    assert in_status.status is not None
+    in_status.status.finished_at = T0
+    st, left = decide.finished_state(in_status, a, 9, now)
+    assert st is decide.Finished.HELD and left == pytest.approx(59.0)
+    assert finished_mod.finished_time(in_status) == T0
+    legacy = _finished(finished_at=T0)  # annotation only (an upgrade must not strand it)
+    assert decide.finished_state(legacy, a, 9, now)[0] is decide.Finished.HELD
+    both = _finished(finished_at=T0 - dt.timedelta(hours=1))
+    assert both.status is not None
+    both.status.finished_at = T0
+    assert finished_mod.finished_time(both) == T0
+    assert decide.finished_state(both, a, 9, now)[0] is decide.Finished.HELD
+
+
 def test_held_finished_runners_count_toward_scale_up_accounted_ones_reaped_without_marker() -> None:
     done = T0 + dt.timedelta(milliseconds=100)
     one = _finished(completed_at=done, patch=8)

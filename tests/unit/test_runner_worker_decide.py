@@ -273,7 +273,8 @@ def test_finished_runners_are_marked_not_deleted_and_released_only_when_abandone
     the runner-set worker deletes it once the listener accounted for the job. The runner worker
     deletes it itself only after finished_release_after (the runner-set worker is down)."""
     assert {"RunnerSucceeded", "PodFailedWithJob", "PodLostWithJob", "RunnerHungAfterJob"} == decide.FINISHED_REASONS
-    assert decide.finished_patch("PodFailedWithJob", "m")["status"]["phase"] == "Succeeded"
+    patch = decide.finished_patch("PodFailedWithJob", "m", NOW)["status"]
+    assert patch["phase"] == "Succeeded" and patch["finishedAt"] == "2026-11-29T12:00:00Z"  # one status patch
     s = RunnerSettings(finished_release_after=300.0)
     t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     assert decide.finished_release_wait(t0, t0 + timedelta(seconds=100), s) == 200.0

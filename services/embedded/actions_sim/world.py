@@ -637,11 +637,14 @@ class World:
         return [r for r in self.runners.values() if r.tenant_id == tenant_id and (name is None or r.name == name)]
 
     def remove_runner(self, tenant_id: int, runner_id: int) -> None:
-        """A10. Idempotent, as the service is: removing a runner that is already gone (or was never
-        this tenant's) succeeds, so a controller's retry after a lost response cannot loop forever."""
+        """A10. As the service: a runner that is gone (removed, an ephemeral runner deregistered
+        after its job, or never this tenant's) answers 404 ``AgentNotFoundException``; callers treat
+        that as "already removed" (README "Actions service simulator")."""
         runner = self.runners.get(runner_id)
         if runner is None or runner.tenant_id != tenant_id:
-            return
+            raise ServiceFault(
+                404, exception_name("AgentNotFoundException", _DT), f"No runner found with identifier {runner_id}."
+            )
         if runner.job_id:
             raise ServiceFault(
                 self.settings.job_still_running_status,
