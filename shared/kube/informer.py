@@ -157,9 +157,14 @@ class Informer(Generic[T]):
             out.append(self._fresh(entry))
         return out
 
-    def list_owned_by(self, owner_uid: str) -> list[T]:
-        """Cached objects with an ownerReference to ``owner_uid`` (replaces ARC's field index)."""
-        return [self._fresh(self._items[k]) for k in sorted(self._by_owner.get(owner_uid, ())) if k in self._items]
+    def list_owned_by(self, owner_uid: str, *, copy: bool = True) -> list[T]:
+        """Cached objects with an ownerReference to ``owner_uid`` (replaces ARC's field index).
+        ``copy=False`` returns the cache's own decoded objects without decoding them again: cheap,
+        but strictly read-only (they are shared with every other reader and with handlers)."""
+        keys = sorted(self._by_owner.get(owner_uid, ()))
+        if not copy:
+            return [self._items[k].obj for k in keys if k in self._items]
+        return [self._fresh(self._items[k]) for k in keys if k in self._items]
 
     def _fresh(self, entry: _Entry) -> T:
         return decode_object(self.resource, entry.raw, self._what)

@@ -1,0 +1,139 @@
+"""Burst on the embedded stack (issue 10): N jobs queued at once → time until N runner pods Running.
+
+The stack is the demo's (``runnerscale demo``, as in ``bench_e2e``): nats-server, the API emulator,
+the Actions simulator (poll wait 2 s), node-sim and the four workers, every one a separate process,
+default worker settings, ``minRunners`` 0 and ``maxRunners`` N. Once the listener's session is
+open, N long jobs are queued in one call; the clock runs from that call until N runner pods
+(pods owned by an EphemeralRunner) report phase Running, sampled every 0.25 s. A fresh stack per N.
+
+The growth ratio is t(N)/N relative to t(300)/300: 1.0 is linear growth; issue 10 measured
+t ≈ 0.065·N + 4.5e-5·N² s, a ratio of ~2.5 at 3,000. The machine's load average is printed with the
+results: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+
+from services.embedded.demo.__main__ import DemoOptions, run_demo
+from services.embedded.demo.cluster import DemoKube
+from tests.bench.bench_e2e import _sim
+from tests.bench.table import Table
+
+GOAL_1000 = 15.0  # seconds for 1,000 (issue 10)
+SAMPLE = 0.25  # seconds between pod counts
+JOB_SECONDS = 3600.0  # jobs outlast the measurement: no runner finishes during it
+
+
+def _running_runner_pods(items: list[dict[str, Any]]) -> int:
+    n = 0
+    for p in items:
+        meta = p.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        if not any(ref.get("kind") == "EphemeralRunner" for ref in meta.get("ownerReferences") or []):
+            continue
+        if (p.get("status") or {}).get("phase") == "Running":
+            n += 1
+    return n
+
+
+class Outcome:
+    def __init__(self) -> None:
+        self.seconds: float | None = None
+        self.reached = 0
+        self.error = ""
+
+
+def _workload(n: int, out: Outcome, timeout: float) -> Any:
+    async def workload(
+        opts: DemoOptions, kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, say: Any, latest: dict[str, str]
+    ) -> int:
+        pods_path = f"/api/v1/namespaces/{opts.namespace}/pods"
+        deadline = time.monotonic() + 120.0
+        while not await _sim(http, "GET", f"{sim_url}/_sim/sessions"):
+            if time.monotonic() > deadline:
+                out.error = "the listener opened no session"
+                return 1
+            await anyio.sleep(0.5)  # polling a condition under a deadline
+        started = time.monotonic()
+        await _sim(
+            http, "POST", f"{sim_url}/_sim/jobs", {"count": n, "labels": ["demo-runners"], "duration": JOB_SECONDS}
+        )
+        deadline = started + timeout
+        while time.monotonic() < deadline:
+            out.reached = _running_runner_pods(await kube.list_items(pods_path))
+            if out.reached >= n:
+                out.seconds = time.monotonic() - started
+                say(f"burst {n}: {out.seconds:.1f}s")
+                return 0
+            await anyio.sleep(SAMPLE)  # the sampling period of the measurement
+        out.error = f"{out.reached}/{n} pods Running after {timeout:.0f}s"
+        return 1
+
+    return workload
+
+
+def burst(n: int, timeout: float) -> Outcome:
+    res = Outcome()
+    workdir = Path(tempfile.mkdtemp(prefix=f"runnerscale-bench-burst-{n}-"))
+    opts = DemoOptions(min_runners=0, max_runners=n, job_seconds=JOB_SECONDS, timeout=timeout, workdir=str(workdir))
+    out = io.StringIO()
+    with (workdir / "children.log").open("w") as log:
+        code = anyio.run(run_demo, opts, workdir, log, out, _workload(n, res, timeout))
+    if code != 0 and not res.error:
+        res.error = f"exit {code}; logs in {workdir}"
+    if res.error:
+        print(out.getvalue(), file=sys.stderr)
+    return res
+
+
+def growth(times: dict[int, float], base: int = 300) -> dict[int, float]:
+    """t(N)/N relative to t(base)/base (1.0: linear growth from ``base``)."""
+    if base not in times:
+        return {}
+    per = times[base] / base
+    return {n: (t / n) / per for n, t in times.items()}
+
+
+def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
+    sizes = sizes or ((100, 300, 1000) if quick else (100, 300, 1000, 3000))
+    load_before = os.getloadavg()
+    results = {n: burst(n, timeout=max(120.0, n * 0.6)) for n in sizes}
+    load_after = os.getloadavg()
+    times = {n: r.seconds for n, r in results.items() if r.seconds is not None}
+    ratio = growth(times)
+    table = Table(
+        "Burst, embedded stack (N jobs queued at once → N runner pods Running; default worker settings)",
+        ["N", "seconds", "per runner (ms)", "growth vs 300", "goal"],
+    )
+    for n, r in results.items():
+        goal = f"<= {GOAL_1000:g} s" if n == 1000 else ("<= 1.0 growth" if n > 300 else "")
+        if r.seconds is None:
+            table.add(str(n), f"failed: {r.error}", "", "", goal)
+            continue
+        g = f"{ratio[n]:.2f}" if n in ratio else ""
+        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, goal)
+    table.add(
+        "load (1/5/15 min) before → after",
+        f"{'/'.join(f'{x:.1f}' for x in load_before)} → {'/'.join(f'{x:.1f}' for x in load_after)}"
+        f" on {os.cpu_count()} cores",
+        "",
+        "",
+        "",
+    )
+    return table
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if a != "--quick"]
+    print(run(quick="--quick" in sys.argv, sizes=tuple(int(a) for a in args) or None).render())
