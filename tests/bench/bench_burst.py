@@ -4,7 +4,9 @@ The stack is the demo's (``runnerscale demo``, as in ``bench_e2e``): nats-server
 the Actions simulator (poll wait 2 s), node-sim and the four workers, every one a separate process,
 default worker settings, ``minRunners`` 0 and ``maxRunners`` N. Once the listener's session is
 open, N long jobs are queued in one call; the clock runs from that call until N runner pods
-(pods owned by an EphemeralRunner) report phase Running, sampled every 0.25 s. A fresh stack per N.
+(pods owned by an EphemeralRunner) report phase Running, seen through a watch (an informer: the
+observer costs the API server what it is sent, not a list of every pod per sample). A fresh stack
+per N. The runner-set and runner workers' RSS is read at the end of each burst.
 
 The growth ratio is t(N)/N relative to t(300)/300: 1.0 is linear growth; issue 10 measured
 t ≈ 0.065·N + 4.5e-5·N² s, a ratio of ~2.5 at 3,000. The machine's load average is printed with the
@@ -26,25 +28,56 @@ import anyio
 
 from services.embedded.demo.__main__ import DemoOptions, run_demo
 from services.embedded.demo.cluster import DemoKube
+from shared.kube import PODS, Change, ChangeType, Informer
+from shared.kube.objects import Pod
 from tests.bench.bench_e2e import _sim
 from tests.bench.table import Table
 
 GOAL_1000 = 15.0  # seconds for 1,000 (issue 10)
-SAMPLE = 0.25  # seconds between pod counts
 JOB_SECONDS = 3600.0  # jobs outlast the measurement: no runner finishes during it
 
 
-def _running_runner_pods(items: list[dict[str, Any]]) -> int:
-    n = 0
-    for p in items:
-        meta = p.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
+class RunningPods:
+    """Informer handler: the runner pods seen Running (pods owned by an EphemeralRunner)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.names: set[str] = set()
+        self.reached = anyio.Event()
+
+    def __call__(self, change: Change[Pod]) -> None:
+        pod = change.obj
+        meta = pod.metadata
+        if change.type is ChangeType.DELETED or meta.is_deleting:
+            return
+        if not any(ref.kind == "EphemeralRunner" for ref in meta.owner_references):
+            return
+        if pod.status is not None and pod.status.phase == "Running":
+            self.names.add(meta.name)
+            if len(self.names) >= self.n:
+                self.reached.set()
+
+
+def _rss_mb(workdir: Path) -> dict[str, float]:
+    """RSS (MB) of this stack's runner-set and runner workers, found by their kubeconfig path."""
+    out: dict[str, float] = {}
+    marker = str(workdir / "kubeconfig")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
             continue
-        if not any(ref.get("kind") == "EphemeralRunner" for ref in meta.get("ownerReferences") or []):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            status = (proc / "status").read_text()
+        except OSError:
             continue
-        if (p.get("status") or {}).get("phase") == "Running":
-            n += 1
-    return n
+        args = [a.decode(errors="replace") for a in argv]
+        if marker not in args:
+            continue
+        worker = next((w for w in ("runner-set", "runner") if w in args), None)
+        rss = next((line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")), None)
+        if worker and rss:
+            out[worker] = int(rss) / 1024
+    return out
 
 
 class Outcome:
@@ -52,33 +85,39 @@ class Outcome:
         self.seconds: float | None = None
         self.reached = 0
         self.error = ""
+        self.rss: dict[str, float] = {}
 
 
 def _workload(n: int, out: Outcome, timeout: float) -> Any:
     async def workload(
         opts: DemoOptions, kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, say: Any, latest: dict[str, str]
     ) -> int:
-        pods_path = f"/api/v1/namespaces/{opts.namespace}/pods"
         deadline = time.monotonic() + 120.0
         while not await _sim(http, "GET", f"{sim_url}/_sim/sessions"):
             if time.monotonic() > deadline:
                 out.error = "the listener opened no session"
                 return 1
             await anyio.sleep(0.5)  # polling a condition under a deadline
-        started = time.monotonic()
-        await _sim(
-            http, "POST", f"{sim_url}/_sim/jobs", {"count": n, "labels": ["demo-runners"], "duration": JOB_SECONDS}
-        )
-        deadline = started + timeout
-        while time.monotonic() < deadline:
-            out.reached = _running_runner_pods(await kube.list_items(pods_path))
-            if out.reached >= n:
+        running = RunningPods(n)
+        pods = Informer(kube.client, PODS, namespace=opts.namespace)
+        pods.add_handler(running)
+        async with anyio.create_task_group() as tg:
+            await tg.start(pods.run)
+            started = time.monotonic()
+            await _sim(
+                http, "POST", f"{sim_url}/_sim/jobs", {"count": n, "labels": ["demo-runners"], "duration": JOB_SECONDS}
+            )
+            with anyio.move_on_after(timeout):
+                await running.reached.wait()
                 out.seconds = time.monotonic() - started
-                say(f"burst {n}: {out.seconds:.1f}s")
-                return 0
-            await anyio.sleep(SAMPLE)  # the sampling period of the measurement
-        out.error = f"{out.reached}/{n} pods Running after {timeout:.0f}s"
-        return 1
+            tg.cancel_scope.cancel()
+        out.reached = len(running.names)
+        out.rss = _rss_mb(Path(opts.workdir))
+        if out.seconds is None:
+            out.error = f"{out.reached}/{n} pods Running after {timeout:.0f}s"
+            return 1
+        say(f"burst {n}: {out.seconds:.1f}s")
+        return 0
 
     return workload
 
@@ -114,19 +153,21 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     ratio = growth(times)
     table = Table(
         "Burst, embedded stack (N jobs queued at once → N runner pods Running; default worker settings)",
-        ["N", "seconds", "per runner (ms)", "growth vs 300", "goal"],
+        ["N", "seconds", "per runner (ms)", "growth vs 300", "RSS runner-set / runner (MB)", "goal"],
     )
     for n, r in results.items():
         goal = f"<= {GOAL_1000:g} s" if n == 1000 else ("<= 1.0 growth" if n > 300 else "")
         if r.seconds is None:
-            table.add(str(n), f"failed: {r.error}", "", "", goal)
+            table.add(str(n), f"failed: {r.error}", "", "", "", goal)
             continue
         g = f"{ratio[n]:.2f}" if n in ratio else ""
-        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, goal)
+        rss = f"{r.rss.get('runner-set', 0):.0f} / {r.rss.get('runner', 0):.0f}" if r.rss else "?"
+        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, rss, goal)
     table.add(
         "load (1/5/15 min) before → after",
         f"{'/'.join(f'{x:.1f}' for x in load_before)} → {'/'.join(f'{x:.1f}' for x in load_after)}"
         f" on {os.cpu_count()} cores",
+        "",
         "",
         "",
         "",
