@@ -6,7 +6,8 @@ default worker settings, ``minRunners`` 0 and ``maxRunners`` N. Once the listene
 open, N long jobs are queued in one call; the clock runs from that call until N runner pods
 (pods owned by an EphemeralRunner) report phase Running, seen through a watch (an informer: the
 observer costs the API server what it is sent, not a list of every pod per sample). A fresh stack
-per N. The runner-set and runner workers' RSS is read at the end of each burst.
+per N. The runner-set and runner workers' RSS is read at the end of each burst, and each
+component's CPU seconds during it (less disturbed by the shared machine's load than wall time).
 
 The growth ratio is t(N)/N relative to t(300)/300: 1.0 is linear growth; issue 10 measured
 t ≈ 0.065·N + 4.5e-5·N² s, a ratio of ~2.5 at 3,000. The machine's load average is printed with the
@@ -58,25 +59,28 @@ class RunningPods:
                 self.reached.set()
 
 
-def _rss_mb(workdir: Path) -> dict[str, float]:
-    """RSS (MB) of this stack's runner-set and runner workers, found by their kubeconfig path."""
-    out: dict[str, float] = {}
-    marker = str(workdir / "kubeconfig")
+COMPONENTS = ("apiserver", "runner-set", "runner", "node-sim", "listener", "scale-set", "listener-pod", "actions-sim")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stack(workdir: Path) -> dict[str, tuple[float, float]]:
+    """This stack's processes (found by their workdir in argv) → (CPU seconds so far, RSS MB)."""
+    out: dict[str, tuple[float, float]] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            args = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0")]
+            stat = (proc / "stat").read_text().rpartition(")")[2].split()
             status = (proc / "status").read_text()
         except OSError:
             continue
-        args = [a.decode(errors="replace") for a in argv]
-        if marker not in args:
+        if not any(str(workdir) in a for a in args):
             continue
-        worker = next((w for w in ("runner-set", "runner") if w in args), None)
-        rss = next((line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")), None)
-        if worker and rss:
-            out[worker] = int(rss) / 1024
+        name = next((c for c in COMPONENTS if c in args), None)
+        rss = next((line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")), "0")
+        if name:
+            out[name] = ((int(stat[11]) + int(stat[12])) / TICK, int(rss) / 1024)
     return out
 
 
@@ -86,6 +90,7 @@ class Outcome:
         self.reached = 0
         self.error = ""
         self.rss: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}  # CPU seconds per component during the burst
 
 
 def _workload(n: int, out: Outcome, timeout: float) -> Any:
@@ -103,6 +108,7 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
         pods.add_handler(running)
         async with anyio.create_task_group() as tg:
             await tg.start(pods.run)
+            before = _stack(Path(opts.workdir))
             started = time.monotonic()
             await _sim(
                 http, "POST", f"{sim_url}/_sim/jobs", {"count": n, "labels": ["demo-runners"], "duration": JOB_SECONDS}
@@ -112,7 +118,9 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
                 out.seconds = time.monotonic() - started
             tg.cancel_scope.cancel()
         out.reached = len(running.names)
-        out.rss = _rss_mb(Path(opts.workdir))
+        after = _stack(Path(opts.workdir))
+        out.rss = {k: v[1] for k, v in after.items()}
+        out.cpu = {k: v[0] - before.get(k, (0.0, 0.0))[0] for k, v in after.items()}
         if out.seconds is None:
             out.error = f"{out.reached}/{n} pods Running after {timeout:.0f}s"
             return 1
@@ -153,20 +161,30 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     ratio = growth(times)
     table = Table(
         "Burst, embedded stack (N jobs queued at once → N runner pods Running; default worker settings)",
-        ["N", "seconds", "per runner (ms)", "growth vs 300", "RSS runner-set / runner (MB)", "goal"],
+        [
+            "N",
+            "seconds",
+            "per runner (ms)",
+            "growth vs 300",
+            "RSS runner-set / runner (MB)",
+            "CPU s during burst",
+            "goal",
+        ],
     )
     for n, r in results.items():
         goal = f"<= {GOAL_1000:g} s" if n == 1000 else ("<= 1.0 growth" if n > 300 else "")
         if r.seconds is None:
-            table.add(str(n), f"failed: {r.error}", "", "", "", goal)
+            table.add(str(n), f"failed: {r.error}", "", "", "", "", goal)
             continue
         g = f"{ratio[n]:.2f}" if n in ratio else ""
         rss = f"{r.rss.get('runner-set', 0):.0f} / {r.rss.get('runner', 0):.0f}" if r.rss else "?"
-        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, rss, goal)
+        cpu = " ".join(f"{k} {v:.1f}" for k, v in sorted(r.cpu.items(), key=lambda kv: -kv[1]) if v >= 0.05)
+        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, rss, cpu, goal)
     table.add(
         "load (1/5/15 min) before → after",
         f"{'/'.join(f'{x:.1f}' for x in load_before)} → {'/'.join(f'{x:.1f}' for x in load_after)}"
         f" on {os.cpu_count()} cores",
+        "",
         "",
         "",
         "",
