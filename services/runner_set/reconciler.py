@@ -174,6 +174,8 @@ class RunnerSetReconciler:
         if ers is None:
             self.metrics.forget(key)
             self.seeded.discard(key)
+            self.expectations.pop(key, None)
+            self.cache_trusted.discard(key)
             return DONE
         ers = await self._apply_desired(key, ers)
         if ers.metadata.is_deleting:
