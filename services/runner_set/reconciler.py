@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -72,6 +73,10 @@ SAFETY_REQUEUE = 1.0  # multi-step plans re-run after this even if no watch even
 CREATE_CONCURRENCY = 8  # parallel EphemeralRunner creates per reconcile
 JOB_STILL_RUNNING_RETRY = 30.0  # a Failed runner past its TTL that the service says is busy: ask again after
 QUIET_PLANS = frozenset({"steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed"})
+# A set's next pass waits at least this many times the CPU its last cached decision took (cache
+# read, buckets, plan: O(runners)), so one big set cannot take more than 1/(1+PASS_SPACING) of a
+# core however often its runners change (README "runner-set worker", reads from the cache).
+PASS_SPACING = 2.0
 AUTHORITATIVE_PLANS = frozenset({"revision-applied"})  # decided on an API list, never on the cache
 
 
@@ -117,6 +122,8 @@ class RunnerSetReconciler:
         self.expectations_timeout = expectations_timeout
         self.expectations: dict[ObjectKey, xp.Expectations] = {}
         self.cache_trusted: set[ObjectKey] = set()  # keys read through the API since gaining them
+        self.pass_spacing = PASS_SPACING
+        self.next_pass: dict[ObjectKey, float] = {}  # anyio time before which a set is not decided again
         for informer in self.runners_cache:
             informer.add_handler(self._observe, replay=False)
 
@@ -170,8 +177,12 @@ class RunnerSetReconciler:
 
     async def reconcile(self, key: ObjectKey, ctx: ReconcileContext) -> Result:
         """One pass over ``key`` (see the module docstring for its steps)."""
+        ready = self.next_pass.get(key, 0.0) - anyio.current_time()
+        if ready > 0:
+            return Result(requeue_after=ready)
         ers = await self.reader.get_or_none(EPHEMERAL_RUNNER_SETS, key)
         if ers is None:
+            self.next_pass.pop(key, None)
             self.metrics.forget(key)
             self.seeded.discard(key)
             self.expectations.pop(key, None)
@@ -201,13 +212,17 @@ class RunnerSetReconciler:
             proxy_secret = await self._ensure_proxy_secret(ers)
             if not proxy_secret:
                 return Result(requeue_after=ACTIONS_RETRY)
+        started = time.perf_counter()
         runners, authoritative, wait = await self._decision_runners(key, ers)
         if runners is None:
+            self._space(key, started)
             log.debug("waiting for the cache to observe this replica's writes", namespace=key.namespace, name=key.name)
             return Result(requeue_after=wait)
         b = decide.bucket_runners(runners)
         now = self.clock.now()
         p = decide.plan(ers, b, now, self.policy)
+        if not authoritative:
+            self._space(key, started)
         if not authoritative and _needs_authoritative(p):
             b = decide.bucket_runners(await self._runners(ers))
             p = decide.plan(ers, b, now, self.policy)
@@ -281,6 +296,11 @@ class RunnerSetReconciler:
             self.cache_trusted.add(key)
             return listed, True, 0.0
         return cached, False, 0.0
+
+    def _space(self, key: ObjectKey, started: float) -> None:
+        """Space the set's next pass by PASS_SPACING times the CPU this decision took (no awaits
+        since ``started``: the cached path is synchronous)."""
+        self.next_pass[key] = anyio.current_time() + self.pass_spacing * (time.perf_counter() - started)
 
     def _store_expectations(self, key: ObjectKey, e: xp.Expectations) -> None:
         if e.pending:

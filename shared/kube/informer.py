@@ -159,12 +159,14 @@ class Informer(Generic[T]):
 
     def list_owned_by(self, owner_uid: str, *, copy: bool = True) -> list[T]:
         """Cached objects with an ownerReference to ``owner_uid`` (replaces ARC's field index).
-        ``copy=False`` returns the cache's own decoded objects without decoding them again: cheap,
-        but strictly read-only (they are shared with every other reader and with handlers)."""
-        keys = sorted(self._by_owner.get(owner_uid, ()))
+        ``copy=False`` returns the cache's own decoded objects without decoding them again, in no
+        particular order: cheap, but strictly read-only (they are shared with every other reader
+        and with handlers)."""
+        found = self._by_owner.get(owner_uid, ())
         if not copy:
-            return [self._items[k].obj for k in keys if k in self._items]
-        return [self._fresh(self._items[k]) for k in keys if k in self._items]
+            items = self._items
+            return [items[k].obj for k in found if k in items]
+        return [self._fresh(self._items[k]) for k in sorted(found) if k in self._items]
 
     def _fresh(self, entry: _Entry) -> T:
         return decode_object(self.resource, entry.raw, self._what)

@@ -45,6 +45,7 @@ async def test_lagging_cache_never_over_creates(kube, bus, namespace, actions_si
         kube.reader, kube.writer, EventRecorder(kube.writer, "test"), NoActions(), bus, FailurePolicy(),
         runners_cache=[cache],
     )  # fmt: skip
+    reconciler.pass_spacing = 0.0  # every reconcile below decides (no spacing between passes)
     ctx = ReconcileContext.direct("cache-lag")
 
     await reconciler.reconcile(key, ctx)  # the key's first pass reads through the API: creates 3
