@@ -3,8 +3,11 @@
 :mod:`services.runner_set.failures`.
 
 One pass: authoritative GET of the ERS → apply the newest listener desired state (merge patch
-locked on the read's resourceVersion) → finalizer → authoritative LIST of its runners → ``plan``
-→ execute → status (locked). The controller runs it under its shared policy (README
+locked on the read's resourceVersion) → finalizer → its runners from the informer's cache, once
+this replica's own creations and deletions are observed there (:mod:`services.runner_set.expectations`)
+→ ``plan`` → execute → status (locked). The runners are read through the API instead on a key's
+first pass, when expectations expire, and for the decisions the seeds take on authoritative
+reads (the finished-cleanup marker, the revision advance; README "runner-set worker"). The controller runs it under its shared policy (README
 "Worker runtime"): the shard lease is held for the whole pass, and a 409 anywhere means
 "decided on stale data": the pass is re-run on fresh reads.
 """
@@ -14,11 +17,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import anyio
 
 from services.runner_set import adopt, decide, failures
+from services.runner_set import expectations as xp
 from services.runner_set.decide import Plan
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.metrics import RunnerSetMetrics
@@ -26,6 +32,7 @@ from shared.actions import ActionsClient, ActionsError, JobStillRunningError, Ru
 from shared.api import EphemeralRunner, EphemeralRunnerSet, validate
 from shared.api.constants import (
     KIND_AUTOSCALING_RUNNER_SET,
+    KIND_EPHEMERAL_RUNNER_SET,
     LABEL_SCALE_SET_NAME,
     LABEL_SCALE_SET_NAMESPACE,
 )
@@ -42,13 +49,17 @@ from shared.kube import (
     ApiReader,
     ApiWriter,
     BadRequest,
+    Change,
+    ChangeType,
     Conflict,
     EventRecorder,
+    Informer,
     Invalid,
     NotFound,
     ObjectKey,
     ReconcileContext,
     Result,
+    controller_owner_key,
 )
 from shared.log import get_logger
 from shared.shards import ShardChange
@@ -62,6 +73,11 @@ SAFETY_REQUEUE = 1.0  # multi-step plans re-run after this even if no watch even
 CREATE_CONCURRENCY = 8  # parallel EphemeralRunner creates per reconcile
 JOB_STILL_RUNNING_RETRY = 30.0  # a Failed runner past its TTL that the service says is busy: ask again after
 QUIET_PLANS = frozenset({"steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed"})
+# A set's next pass waits at least this many times the CPU its last cached decision took (cache
+# read, buckets, plan: O(runners)), so one big set cannot take more than 1/(1+PASS_SPACING) of a
+# core however often its runners change (README "runner-set worker", reads from the cache).
+PASS_SPACING = 2.0
+AUTHORITATIVE_PLANS = frozenset({"revision-applied"})  # decided on an API list, never on the cache
 
 
 class ClientSource(Protocol):
@@ -85,6 +101,8 @@ class RunnerSetReconciler:
         *,
         metrics: RunnerSetMetrics | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        runners_cache: Sequence[Informer[EphemeralRunner]] = (),
+        expectations_timeout: float = xp.TIMEOUT,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -99,11 +117,27 @@ class RunnerSetReconciler:
         # stream's latest message), for the log line of a clamp.
         self.origin: dict[ObjectKey, tuple[str, int]] = {}
         self.seeded: set[ObjectKey] = set()  # keys whose latest stream message was read since gaining them
+        # Runners come from these informers (README "runner-set worker"); none: every pass lists them.
+        self.runners_cache = list(runners_cache)
+        self.expectations_timeout = expectations_timeout
+        self.expectations: dict[ObjectKey, xp.Expectations] = {}
+        self.cache_trusted: set[ObjectKey] = set()  # keys read through the API since gaining them
+        self.pass_spacing = PASS_SPACING
+        self.next_pass: dict[ObjectKey, float] = {}  # anyio time before which a set is not decided again
+        for informer in self.runners_cache:
+            informer.add_handler(self._observe, replay=False)
 
     @classmethod
     def from_context(cls, ctx: WorkerContext, policy: FailurePolicy) -> RunnerSetReconciler:
         return cls(
-            ctx.reader, ctx.writer, ctx.events, ctx.actions, ctx.bus, policy, metrics=RunnerSetMetrics(ctx.registry)
+            ctx.reader,
+            ctx.writer,
+            ctx.events,
+            ctx.actions,
+            ctx.bus,
+            policy,
+            metrics=RunnerSetMetrics(ctx.registry),
+            runners_cache=ctx.informers(EPHEMERAL_RUNNERS),
         )
 
     # --- bus and shard hooks ---------------------------------------------------------------------
@@ -121,17 +155,38 @@ class RunnerSetReconciler:
 
     def on_shard_change(self, change: ShardChange) -> None:
         # Messages of newly gained keys may have been acked while another replica owned them:
-        # read each key's latest stream message again on its next reconcile.
+        # read each key's latest stream message again on its next reconcile. Their runners may
+        # have been written by that replica: read them through the API once, too.
         self.seeded.clear()
+        self.cache_trusted.clear()
+
+    def _observe(self, change: Change[EphemeralRunner]) -> None:
+        """Informer handler: a runner change observes this replica's expectations of its set."""
+        key = controller_owner_key(change.obj, KIND_EPHEMERAL_RUNNER_SET)
+        e = self.expectations.get(key) if key is not None else None
+        if key is None or e is None:
+            return
+        meta = change.obj.metadata
+        e = xp.observe(e, meta.uid, gone=change.type is ChangeType.DELETED, deleting=meta.is_deleting)
+        if e.pending:
+            self.expectations[key] = e
+        else:
+            del self.expectations[key]
 
     # --- reconcile -------------------------------------------------------------------------------
 
     async def reconcile(self, key: ObjectKey, ctx: ReconcileContext) -> Result:
         """One pass over ``key`` (see the module docstring for its steps)."""
+        ready = self.next_pass.get(key, 0.0) - anyio.current_time()
+        if ready > 0:
+            return Result(requeue_after=ready)
         ers = await self.reader.get_or_none(EPHEMERAL_RUNNER_SETS, key)
         if ers is None:
+            self.next_pass.pop(key, None)
             self.metrics.forget(key)
             self.seeded.discard(key)
+            self.expectations.pop(key, None)
+            self.cache_trusted.discard(key)
             return DONE
         ers = await self._apply_desired(key, ers)
         if ers.metadata.is_deleting:
@@ -157,10 +212,21 @@ class RunnerSetReconciler:
             proxy_secret = await self._ensure_proxy_secret(ers)
             if not proxy_secret:
                 return Result(requeue_after=ACTIONS_RETRY)
-        b = decide.bucket_runners(await self._runners(ers))
-        self.metrics.set(key, ers, b)
+        started = time.perf_counter()
+        runners, authoritative, wait = await self._decision_runners(key, ers)
+        if runners is None:
+            self._space(key, started)
+            log.debug("waiting for the cache to observe this replica's writes", namespace=key.namespace, name=key.name)
+            return Result(requeue_after=wait)
+        b = decide.bucket_runners(runners)
         now = self.clock.now()
         p = decide.plan(ers, b, now, self.policy)
+        if not authoritative:
+            self._space(key, started)
+        if not authoritative and _needs_authoritative(p):
+            b = decide.bucket_runners(await self._runners(ers))
+            p = decide.plan(ers, b, now, self.policy)
+        self.metrics.set(key, ers, b)
         if p.create:
             p = await self._cap_create(key, ers, b, p)
         # Steady-state passes are the common case: they log at debug only.
@@ -188,8 +254,65 @@ class RunnerSetReconciler:
         return Result(requeue_after=max(0.0, min(after))) if after else DONE
 
     async def _runners(self, ers: EphemeralRunnerSet) -> list[EphemeralRunner]:
+        """The set's runners through the API (authoritative)."""
         listed = await self.reader.list(EPHEMERAL_RUNNERS, namespace=ers.metadata.namespace)
         return decide.owned_by(listed.items, ers)
+
+    def _cached_runners(self, ers: EphemeralRunnerSet) -> list[EphemeralRunner]:
+        """The set's runners from the informers (shared objects: read-only)."""
+        found: list[EphemeralRunner] = []
+        for informer in self.runners_cache:
+            if informer.namespace in (None, ers.metadata.namespace):
+                found += informer.list_owned_by(ers.metadata.uid, copy=False)
+        return decide.owned_by(found, ers)
+
+    async def _decision_runners(
+        self, key: ObjectKey, ers: EphemeralRunnerSet
+    ) -> tuple[list[EphemeralRunner] | None, bool, float]:
+        """The runners to decide on, whether they were read through the API, and (when None:
+        wait for the cache) the seconds before expectations expire."""
+        if not self.runners_cache:
+            return await self._runners(ers), True, 0.0
+        cached = self._cached_runners(ers)
+        now = anyio.current_time()
+        e = self.expectations.get(key, xp.NONE)
+        if e.pending:
+            e = xp.settle(e, _uids(cached))
+            self._store_expectations(key, e)
+        verdict, left = xp.check(e, now, self.expectations_timeout)
+        if verdict is xp.Verdict.PENDING:
+            return None, False, left
+        if verdict is xp.Verdict.EXPIRED or key not in self.cache_trusted:
+            if verdict is xp.Verdict.EXPIRED:
+                log.warning(
+                    "cache did not observe this replica's writes in time; reading runners through the API",
+                    namespace=key.namespace,
+                    name=key.name,
+                    creates=len(e.creates),
+                    deletes=len(e.deletes),
+                )
+            listed = await self._runners(ers)
+            self._store_expectations(key, xp.from_read(_uids(listed), _uids(self._cached_runners(ers)), now))
+            self.cache_trusted.add(key)
+            return listed, True, 0.0
+        return cached, False, 0.0
+
+    def _space(self, key: ObjectKey, started: float) -> None:
+        """Space the set's next pass by PASS_SPACING times the CPU this decision took (no awaits
+        since ``started``: the cached path is synchronous)."""
+        self.next_pass[key] = anyio.current_time() + self.pass_spacing * (time.perf_counter() - started)
+
+    def _store_expectations(self, key: ObjectKey, e: xp.Expectations) -> None:
+        if e.pending:
+            self.expectations[key] = e
+        else:
+            self.expectations.pop(key, None)
+
+    def _expect(self, key: ObjectKey, *, created: str = "", deleted: str = "") -> None:
+        e = xp.expect(
+            self.expectations.get(key, xp.NONE), created=(created,), deleted=(deleted,), now=anyio.current_time()
+        )
+        self._store_expectations(key, e)
 
     # --- desired state -----------------------------------------------------------------------------
 
@@ -416,12 +539,16 @@ class RunnerSetReconciler:
         limiter = anyio.CapacityLimiter(CREATE_CONCURRENCY)
         failures: list[Exception] = []
 
+        key = EPHEMERAL_RUNNER_SETS.key_of(ers)
+
         async def one() -> None:
             async with limiter:
                 try:
-                    await self.writer.create(EPHEMERAL_RUNNERS, body)
+                    created = await self.writer.create(EPHEMERAL_RUNNERS, body)
                 except Exception as exc:
                     failures.append(exc)
+                else:
+                    self._expect(key, created=created.metadata.uid)
 
         async with anyio.create_task_group() as tg:
             for _ in range(count):
@@ -469,6 +596,9 @@ class RunnerSetReconciler:
             await self.writer.delete(
                 EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), uid=er.metadata.uid, missing_ok=True
             )
+            owner = controller_owner_key(er, KIND_EPHEMERAL_RUNNER_SET)
+            if owner is not None and not er.metadata.is_deleting:
+                self._expect(owner, deleted=er.metadata.uid)
 
     async def _remove_idle(
         self, ers: EphemeralRunnerSet, candidates: list[EphemeralRunner], count: int
@@ -593,6 +723,17 @@ class RunnerSetReconciler:
                 SECRETS, ObjectKey(ns, name), {"data": data}, resource_version=current.metadata.resource_version
             )
         return name
+
+
+def _uids(runners: Sequence[EphemeralRunner]) -> dict[str, bool]:
+    """uid → deleting."""
+    return {er.metadata.uid: er.metadata.is_deleting for er in runners}
+
+
+def _needs_authoritative(p: Plan) -> bool:
+    """Plans the seeds decide on an authoritative read: the revision advance, and reaping finished
+    runners that records the cleanup marker (it opens a gap below spec.replicas)."""
+    return p.reason in AUTHORITATIVE_PLANS or bool(p.status and "finishedRunnerCleanupPatchID" in p.status)
 
 
 def _text(secret: Any, key: str) -> str:

@@ -43,27 +43,45 @@ def _fields(model_name: str) -> dict[str, str] | None:
     return {json_name: cls.openapi_types[attr] for attr, json_name in cls.attribute_map.items()}
 
 
-def _prune(value: Any, type_name: str, path: str, pruned: list[str]) -> Any:
+@cache
+def _shape(type_name: str) -> tuple[str, Any]:
+    """What a type string is: ("list" | "dict", element type), ("model", its fields) or ("leaf", None)."""
     m = _LIST.match(type_name)
     if m:
-        if isinstance(value, list):
-            return [_prune(v, m.group(1), f"{path}[{i}]", pruned) for i, v in enumerate(value)]
-        return value
+        return "list", m.group(1)
     m = _DICT.match(type_name)
     if m:
-        if isinstance(value, dict):
-            return {k: _prune(v, m.group(1), f"{path}[{k}]", pruned) for k, v in value.items()}
-        return value
+        return "dict", m.group(1)
     fields = _fields(type_name)
-    if fields is None or not isinstance(value, dict):
+    return ("leaf", None) if fields is None else ("model", fields)
+
+
+def _prune(value: Any, type_name: str, path: str, pruned: list[str]) -> Any:
+    # Called for every field of every built-in write: the type's shape is parsed once (cached),
+    # and a leaf value is kept without building its path.
+    shape, arg = _shape(type_name)
+    if shape == "leaf":
         return value  # scalars, `object`, quantities, int-or-string, times
+    if shape == "list":
+        if isinstance(value, list) and _shape(arg)[0] != "leaf":
+            return [_prune(v, arg, f"{path}[{i}]", pruned) for i, v in enumerate(value)]
+        return list(value) if isinstance(value, list) else value
+    if shape == "dict":
+        if isinstance(value, dict) and _shape(arg)[0] != "leaf":
+            return {k: _prune(v, arg, f"{path}[{k}]", pruned) for k, v in value.items()}
+        return dict(value) if isinstance(value, dict) else value
+    if not isinstance(value, dict):
+        return value
+    fields: dict[str, str] = arg
     out = {}
     for k, v in value.items():
-        sub = f"{path}.{k}" if path else k
-        if k in fields:
-            out[k] = _prune(v, fields[k], sub, pruned)
+        t = fields.get(k)
+        if t is None:
+            pruned.append(f"{path}.{k}" if path else k)
+        elif _shape(t)[0] == "leaf":
+            out[k] = v
         else:
-            pruned.append(sub)
+            out[k] = _prune(v, t, f"{path}.{k}" if path else k, pruned)
     return out
 
 

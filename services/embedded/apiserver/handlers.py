@@ -86,6 +86,12 @@ def json_response(body: Any, status: int = 200, warnings: list[str] | None = Non
     return resp
 
 
+def raw_json_response(body: bytes, status: int = 200) -> web.Response:
+    """``json_response`` for a body already encoded."""
+    headers = {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+    return web.Response(body=body, status=status, headers=headers)
+
+
 def error_response(err: ApiError) -> web.Response:
     if err.plain_text:
         return web.Response(
@@ -147,6 +153,11 @@ async def _delete_options_body(request: web.Request) -> bytes:
 
 def _strip_type_meta(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+
+
+def _encode_stripped(obj: dict[str, Any]) -> bytes:
+    """A built-in list item: the object without its type meta (as the real list shows them)."""
+    return _enc.encode(_strip_type_meta(obj))
 
 
 def _write_options(request: web.Request) -> tuple[bool, str]:
@@ -264,10 +275,11 @@ async def handle_resource(
                 list_meta["remainingItemCount"] = res.remaining
             if table:
                 return json_response(discovery.to_table(rt, res.items, list_meta, include_object))
-            items = res.items if rt.is_custom else [_strip_type_meta(o) for o in res.items]
-            return json_response(
-                {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": list_meta, "items": items}
-            )
+            store = emu.api.store
+            item_form = _enc.encode if rt.is_custom else _encode_stripped
+            items = [store.encoded(rt.key, f"list-item {rt.api_version}", o, item_form) for o in res.items]
+            head = _enc.encode({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": list_meta})
+            return raw_json_response(head[:-1] + b',"items":[' + b",".join(items) + b"]}")
         if method == "POST":
             dry, fv = _write_options(request)
             raw = await request.read()

@@ -139,6 +139,9 @@ class Store:
         self.rv = 1  # a fresh etcd starts above zero; "0" means "any" to clients
         self.objects: dict[str, dict[ObjKey, Obj]] = {}
         self._sorted_keys: dict[str, list[ObjKey]] = {}  # per resource; dropped on create/delete
+        # Encoded forms of stored objects, per (resource, form): computed once per stored version
+        # (stored objects are immutable), so a list or a watch costs what it sends, not a re-encode.
+        self._encoded: dict[tuple[str, str], dict[ObjKey, tuple[Obj, bytes]]] = {}
         self.log: deque[Event] = deque(maxlen=history)
         self.compacted_rv = 0  # events with rv <= this are no longer replayable
         self.watchers: set[Watcher] = set()
@@ -165,6 +168,20 @@ class Store:
         if namespace is None:
             return [bucket[k] for k in keys]
         return [bucket[k] for k in keys if k[0] == namespace]
+
+    def encoded(self, resource: str, form: str, obj: Obj, encode: Callable[[Obj], bytes]) -> bytes:
+        """``encode(obj)``, cached while ``obj`` is the stored version of its key. ``form`` names
+        the encoding (one ``encode`` per resource and form)."""
+        m = obj["metadata"]
+        key = (m.get("namespace", ""), m["name"])
+        cache = self._encoded.setdefault((resource, form), {})
+        hit = cache.get(key)
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        data = encode(obj)
+        if self.objects.get(resource, {}).get(key) is obj:
+            cache[key] = (obj, data)
+        return data
 
     def all_objects(self) -> list[tuple[str, Obj]]:
         return [(res, obj) for res, bucket in self.objects.items() for obj in bucket.values()]
@@ -265,6 +282,9 @@ class Store:
         bucket = self.objects.get(resource, {})
         prev = bucket.pop((namespace, name))
         self._sorted_keys.pop(resource, None)
+        for (res, _), cache in self._encoded.items():
+            if res == resource:
+                cache.pop((namespace, name), None)
         last = clone(prev)
         return self._commit("DELETED", resource, namespace, name, last, prev)
 

@@ -129,7 +129,7 @@ async def serve_watch(
                     await asyncio.sleep(min(due, max(deadline - time.monotonic(), 0)))  # the lag knob delays delivery
                     continue
             watcher.pending.popleft()
-            await resp.write(_encode_event(ev, wr))
+            await resp.write(_encode_event(ev, wr, emu.api.store))
             sent += 1
     except ConnectionResetError:
         return resp  # the client went away mid-write
@@ -187,7 +187,11 @@ async def _write_bookmark(resp: web.StreamResponse, rt: ResourceType, rv: int) -
     await resp.write(_enc.encode({"type": "BOOKMARK", "object": obj}) + b"\n")
 
 
-def _encode_event(ev: Event, wr: WatchRequest) -> bytes:
+def _encode_event(ev: Event, wr: WatchRequest, store: Store | None = None) -> bytes:
+    if store is not None and not wr.table and ev.type in ("ADDED", "MODIFIED"):
+        # The stored version's encoding is shared by every watcher (and computed once).
+        body = store.encoded(wr.rt.key, f"watch-object {wr.rt.api_version}", ev.obj, lambda o: _encode_with_type(o, wr))
+        return b'{"type":"' + ev.type.encode() + b'","object":' + body + b"}\n"
     obj: Obj | dict[str, Any] = ev.obj
     if "kind" not in obj or "apiVersion" not in obj:
         obj = {"kind": wr.rt.kind, "apiVersion": wr.rt.api_version, **obj}
@@ -195,3 +199,9 @@ def _encode_event(ev: Event, wr: WatchRequest) -> bytes:
         meta = {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")}
         obj = discovery.to_table(wr.rt, [obj], meta, wr.include_object)
     return _enc.encode({"type": ev.type, "object": obj}) + b"\n"
+
+
+def _encode_with_type(obj: Obj, wr: WatchRequest) -> bytes:
+    if "kind" not in obj or "apiVersion" not in obj:
+        obj = {"kind": wr.rt.kind, "apiVersion": wr.rt.api_version, **obj}
+    return _enc.encode(obj)

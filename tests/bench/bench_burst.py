@@ -1,0 +1,207 @@
+"""Burst on the embedded stack (issue 10): N jobs queued at once → time until N runner pods Running.
+
+The stack is the demo's (``runnerscale demo``, as in ``bench_e2e``): nats-server, the API emulator,
+the Actions simulator (poll wait 2 s), node-sim and the four workers, every one a separate process,
+default worker settings, ``minRunners`` 0 and ``maxRunners`` N. Once the listener's session is
+open, N long jobs are queued in one call; the clock runs from that call until N runner pods
+(pods owned by an EphemeralRunner) report phase Running, seen through a watch (an informer: the
+observer costs the API server what it is sent, not a list of every pod per sample). A fresh stack
+per N. The demo's own runner tracker (a LIST of every EphemeralRunner every 0.2 s, for the
+demo's summary, which a custom workload does not print) is not run: at N = 3,000 it was an
+O(N × time) load of its own on the API server and on this process. The runner-set and runner
+workers' RSS is read at the end of each burst, and each component's CPU seconds during it (less
+disturbed by the shared machine's load than wall time).
+
+The growth ratio is t(N)/N relative to t(300)/300: 1.0 is linear growth; issue 10 measured
+t ≈ 0.065·N + 4.5e-5·N² s, a ratio of ~2.5 at 3,000. The machine's load average is printed with the
+results: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import aiohttp
+import anyio
+
+from services.embedded.demo import __main__ as demo
+from services.embedded.demo.__main__ import DemoOptions, run_demo
+from services.embedded.demo.cluster import DemoKube
+from shared.kube import PODS, Change, ChangeType, Informer
+from shared.kube.objects import Pod
+from tests.bench.bench_e2e import _sim
+from tests.bench.table import Table
+
+GOAL_1000 = 15.0  # seconds for 1,000 (issue 10)
+JOB_SECONDS = 3600.0  # jobs outlast the measurement: no runner finishes during it
+
+
+class RunningPods:
+    """Informer handler: the runner pods seen Running (pods owned by an EphemeralRunner)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.names: set[str] = set()
+        self.reached = anyio.Event()
+
+    def __call__(self, change: Change[Pod]) -> None:
+        pod = change.obj
+        meta = pod.metadata
+        if change.type is ChangeType.DELETED or meta.is_deleting:
+            return
+        if not any(ref.kind == "EphemeralRunner" for ref in meta.owner_references):
+            return
+        if pod.status is not None and pod.status.phase == "Running":
+            self.names.add(meta.name)
+            if len(self.names) >= self.n:
+                self.reached.set()
+
+
+COMPONENTS = ("apiserver", "runner-set", "runner", "node-sim", "listener", "scale-set", "listener-pod", "actions-sim")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stack(workdir: Path) -> dict[str, tuple[float, float]]:
+    """This stack's processes (found by their workdir in argv) → (CPU seconds so far, RSS MB)."""
+    out: dict[str, tuple[float, float]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0")]
+            stat = (proc / "stat").read_text().rpartition(")")[2].split()
+            status = (proc / "status").read_text()
+        except OSError:
+            continue
+        if not any(str(workdir) in a for a in args):
+            continue
+        name = next((c for c in COMPONENTS if c in args), None)
+        rss = next((line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")), "0")
+        if name:
+            out[name] = ((int(stat[11]) + int(stat[12])) / TICK, int(rss) / 1024)
+    return out
+
+
+class Outcome:
+    def __init__(self) -> None:
+        self.seconds: float | None = None
+        self.reached = 0
+        self.error = ""
+        self.rss: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}  # CPU seconds per component during the burst
+
+
+def _workload(n: int, out: Outcome, timeout: float) -> Any:
+    async def workload(
+        opts: DemoOptions, kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, say: Any, latest: dict[str, str]
+    ) -> int:
+        deadline = time.monotonic() + 120.0
+        while not await _sim(http, "GET", f"{sim_url}/_sim/sessions"):
+            if time.monotonic() > deadline:
+                out.error = "the listener opened no session"
+                return 1
+            await anyio.sleep(0.5)  # polling a condition under a deadline
+        running = RunningPods(n)
+        pods = Informer(kube.client, PODS, namespace=opts.namespace)
+        pods.add_handler(running)
+        async with anyio.create_task_group() as tg:
+            await tg.start(pods.run)
+            before = _stack(Path(opts.workdir))
+            started = time.monotonic()
+            await _sim(
+                http, "POST", f"{sim_url}/_sim/jobs", {"count": n, "labels": ["demo-runners"], "duration": JOB_SECONDS}
+            )
+            with anyio.move_on_after(timeout):
+                await running.reached.wait()
+                out.seconds = time.monotonic() - started
+            tg.cancel_scope.cancel()
+        out.reached = len(running.names)
+        after = _stack(Path(opts.workdir))
+        out.rss = {k: v[1] for k, v in after.items()}
+        out.cpu = {k: v[0] - before.get(k, (0.0, 0.0))[0] for k, v in after.items()}
+        if out.seconds is None:
+            out.error = f"{out.reached}/{n} pods Running after {timeout:.0f}s"
+            return 1
+        say(f"burst {n}: {out.seconds:.1f}s")
+        return 0
+
+    return workload
+
+
+async def _no_tracker(self: Any) -> None:
+    await anyio.sleep_forever()  # stands in for the demo's tracker until the workload ends
+
+
+def burst(n: int, timeout: float) -> Outcome:
+    res = Outcome()
+    workdir = Path(tempfile.mkdtemp(prefix=f"runnerscale-bench-burst-{n}-"))
+    opts = DemoOptions(min_runners=0, max_runners=n, job_seconds=JOB_SECONDS, timeout=timeout, workdir=str(workdir))
+    out = io.StringIO()
+    with (workdir / "children.log").open("w") as log, mock.patch.object(demo.RunnerTracker, "run", _no_tracker):
+        code = anyio.run(run_demo, opts, workdir, log, out, _workload(n, res, timeout))
+    if code != 0 and not res.error:
+        res.error = f"exit {code}; logs in {workdir}"
+    if res.error:
+        print(out.getvalue(), file=sys.stderr)
+    return res
+
+
+def growth(times: dict[int, float], base: int = 300) -> dict[int, float]:
+    """t(N)/N relative to t(base)/base (1.0: linear growth from ``base``)."""
+    if base not in times:
+        return {}
+    per = times[base] / base
+    return {n: (t / n) / per for n, t in times.items()}
+
+
+def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
+    sizes = sizes or ((100, 300, 1000) if quick else (100, 300, 1000, 3000))
+    load_before = os.getloadavg()
+    results = {n: burst(n, timeout=max(120.0, n * 0.6)) for n in sizes}
+    load_after = os.getloadavg()
+    times = {n: r.seconds for n, r in results.items() if r.seconds is not None}
+    ratio = growth(times)
+    table = Table(
+        "Burst, embedded stack (N jobs queued at once → N runner pods Running; default worker settings)",
+        [
+            "N",
+            "seconds",
+            "per runner (ms)",
+            "growth vs 300",
+            "RSS runner-set / runner (MB)",
+            "CPU s during burst",
+            "goal",
+        ],
+    )
+    for n, r in results.items():
+        goal = f"<= {GOAL_1000:g} s" if n == 1000 else ("<= 1.0 growth" if n > 300 else "")
+        if r.seconds is None:
+            table.add(str(n), f"failed: {r.error}", "", "", "", "", goal)
+            continue
+        g = f"{ratio[n]:.2f}" if n in ratio else ""
+        rss = f"{r.rss.get('runner-set', 0):.0f} / {r.rss.get('runner', 0):.0f}" if r.rss else "?"
+        cpu = " ".join(f"{k} {v:.1f}" for k, v in sorted(r.cpu.items(), key=lambda kv: -kv[1]) if v >= 0.05)
+        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, rss, cpu, goal)
+    table.add(
+        "load (1/5/15 min) before → after",
+        f"{'/'.join(f'{x:.1f}' for x in load_before)} → {'/'.join(f'{x:.1f}' for x in load_after)}"
+        f" on {os.cpu_count()} cores",
+        "",
+        "",
+        "",
+        "",
+        "",
+    )
+    return table
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if a != "--quick"]
+    print(run(quick="--quick" in sys.argv, sizes=tuple(int(a) for a in args) or None).render())

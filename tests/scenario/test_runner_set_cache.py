@@ -1,0 +1,65 @@
+"""runner-set worker reading its runners from the informer (README "runner-set worker"): a cache
+that lags this replica's own creations never leads to creating again (expectations), and an
+expectation the cache never meets is given up for an API read after its timeout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from services.runner_set.failures import FailurePolicy
+from services.runner_set.reconciler import RunnerSetReconciler
+from shared.kube import EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, EventRecorder, Informer, ObjectKey, ReconcileContext
+from tests.scenario.runner_set_helpers import create_ers, get_ers, runners, sim_scale_set
+
+pytestmark = pytest.mark.anyio
+
+
+class NoActions:
+    async def for_spec(self, namespace: str, spec: Any) -> Any:
+        raise AssertionError("a scale-up needs no Actions client")
+
+
+async def frozen_cache(kube, namespace: str) -> Informer:
+    """An informer that listed once and then stopped watching: it never observes a later write,
+    the worst case of a lagging cache."""
+    informer = Informer(kube.client, EPHEMERAL_RUNNERS, namespace=namespace)
+    async with anyio.create_task_group() as tg:
+        await tg.start(informer.run)
+        tg.cancel_scope.cancel()
+    return informer
+
+
+async def test_lagging_cache_never_over_creates(kube, bus, namespace, actions_sim, github_secret):
+    ss = await sim_scale_set(actions_sim)
+    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
+    key = ObjectKey(namespace, "set")
+    ers = await get_ers(kube, namespace)
+    await kube.writer.patch_merge(
+        EPHEMERAL_RUNNER_SETS, key, {"spec": {"replicas": 3}}, resource_version=ers.metadata.resource_version
+    )
+    cache = await frozen_cache(kube, namespace)
+    reconciler = RunnerSetReconciler(
+        kube.reader, kube.writer, EventRecorder(kube.writer, "test"), NoActions(), bus, FailurePolicy(),
+        runners_cache=[cache],
+    )  # fmt: skip
+    reconciler.pass_spacing = 0.0  # every reconcile below decides (no spacing between passes)
+    ctx = ReconcileContext.direct("cache-lag")
+
+    await reconciler.reconcile(key, ctx)  # the key's first pass reads through the API: creates 3
+    assert len(await runners(kube, namespace)) == 3
+    assert len(cache.list_cached()) == 0  # the cache has not seen them
+
+    # Right after the creations, before the cache observed them: the set waits for its cache.
+    result = await reconciler.reconcile(key, ctx)
+    assert len(await runners(kube, namespace)) == 3
+    assert result.requeue_after is not None and 0 < result.requeue_after <= reconciler.expectations_timeout
+
+    # The cache never catches up: after the timeout the set is read through the API (no creation)
+    # and waits again for what that read showed.
+    reconciler.expectations_timeout = 0.0
+    await reconciler.reconcile(key, ctx)
+    assert len(await runners(kube, namespace)) == 3
+    assert len(reconciler.expectations[key].creates) == 3
