@@ -99,6 +99,7 @@ class Results:
         self.tput_window = 0.0
         self.tput_completed = 0
         self.tput_gaps: list[float] = []
+        self.tput_jobs: list[fig.Job] = []  # finished in the window
         self.rss: dict[int, dict[str, float]] = {}  # runners → worker → MB
         self.large_reached = 0  # pods Running in the large-N phase
         self.large_seconds = 0.0
@@ -377,13 +378,14 @@ async def _latency_phases(
     await _scale(kube, opts, 0, ph.slots)
     if not ok:
         return 1
-    jobs = fig.jobs_from_sim(await _sim_jobs(http, sim_url))
-    finishes = [j.finished for j in jobs if j.finished is not None and start <= j.finished < end]
-    res.slots, res.tput_window, res.tput_completed = ph.slots, end - start, len(finishes)
+    jobs = [j for j in fig.jobs_from_sim(await _sim_jobs(http, sim_url)) if j.queued >= began]
+    res.tput_jobs = [j for j in jobs if j.finished is not None and start <= j.finished < end]
+    res.slots, res.tput_window, res.tput_completed = ph.slots, end - start, len(res.tput_jobs)
     new_runners = [
-        (t, tl.pod_running[name]) for name, t in tl.er_added.items() if t >= start and name in tl.pod_running
+        (t, tl.pod_running[name]) for name, t in tl.er_added.items() if t >= began and name in tl.pod_running
     ]
-    res.tput_gaps = fig.replacement_gaps(finishes, new_runners)
+    all_finishes = [j.finished for j in jobs if j.finished is not None]
+    res.tput_gaps = [g for f, g in fig.replacement_gaps(all_finishes, new_runners) if start <= f < end]
     say(f"sustained: {res.tput_completed} jobs in {res.tput_window:.0f}s")
     if not await until("backlog drained", all_done) or not await until("the set to empty again", empty):
         return 1
@@ -423,6 +425,22 @@ def run_stack(opts: DemoOptions, workload: Workload) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def _raw(res: Results) -> dict[str, Any]:
+    """Every timestamp behind the latency and overhead rows (``timings.json`` in the run's directory)."""
+    tl = res.timeline
+    return {
+        "er_added": tl.er_added,
+        "er_gone": tl.er_gone,
+        "pod_added": tl.pod_added,
+        "pod_running": tl.pod_running,
+        "pod_gone": tl.pod_gone,
+        "desired_at": res.desired_at,
+        "cold_jobs": res.cold_jobs,
+        "sustained_jobs": res.tput_jobs,
+        "rss_mb": {str(n): v for n, v in res.rss.items()},
+    }
+
+
 def _load(avg: tuple[float, float, float]) -> str:
     return "/".join(f"{x:.1f}" for x in avg)
 
@@ -438,6 +456,7 @@ def run(quick: bool = False) -> Table:
     )
     code, out = run_stack(opts, _workload(res, window, jobs, timeout=300.0, phases=phases))
     load_after = os.getloadavg()
+    (workdir / "timings.json").write_bytes(msgspec.json.encode(_raw(res)))
     table = Table(
         f"End to end, embedded stack ({runners} idle runners, default worker settings)",
         ["figure", "measured", "goal"],
@@ -450,6 +469,7 @@ def run(quick: bool = False) -> Table:
     _latency_rows(table, res, phases)
     _overhead_rows(table, res)
     _rss_rows(table, res)
+    table.add("raw timestamps", str(workdir / "timings.json"), "")
     table.add(
         "machine load (1/5/15 min) before → after",
         f"{_load(load_before)} → {_load(load_after)} on {os.cpu_count()} cores",
@@ -541,6 +561,17 @@ def _overhead_rows(table: Table, res: Results) -> None:
         "per-runner overhead: job end → replacement runner pod Running, p50 / p99",
         fig.p50_p99(res.tput_gaps),
         GOAL_OVERHEAD,
+    )
+    tl = res.timeline
+    table.add(
+        "  job finished → its EphemeralRunner gone (under this load)",
+        fig.p50_p99(fig.finished_to_gone(res.tput_jobs, tl.er_gone)),
+        "",
+    )
+    table.add(
+        "  runner pod Running → the service hands it a job (queue never empty)",
+        fig.p50_p99(fig.job_wait(res.tput_jobs, tl.pod_running)),
+        "",
     )
 
 

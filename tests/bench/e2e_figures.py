@@ -71,6 +71,17 @@ def finished_to_gone(jobs: Iterable[Job], gone_at: Mapping[str, float]) -> list[
     ]
 
 
+def job_wait(jobs: Iterable[Job], running_at: Mapping[str, float]) -> list[float]:
+    """Per job: its runner's pod first Running → the service handed the job to that runner (how
+    long a ready runner waited for its job; 0 when the runner asked before its pod's Running status
+    was written)."""
+    return [
+        max(0.0, j.assigned - running_at[j.runner_name])
+        for j in jobs
+        if j.assigned is not None and j.runner_name in running_at
+    ]
+
+
 def stage(starts: Mapping[str, float], ends: Mapping[str, float]) -> list[float]:
     """Per name in both: end − start (one stage of a runner's start, e.g. EphemeralRunner created →
     pod created)."""
@@ -89,20 +100,24 @@ def first_after(times: Sequence[float], jobs: Iterable[Job]) -> list[float]:
     return out
 
 
-def replacement_gaps(finishes: Iterable[float], new_runners: Iterable[tuple[float, float]]) -> list[float]:
+def replacement_gaps(
+    finishes: Iterable[float], new_runners: Iterable[tuple[float, float]]
+) -> list[tuple[float, float]]:
     """Job end → replacement runner Running, under a sustained queue.
 
     ``finishes``: when jobs finished; ``new_runners``: (EphemeralRunner created, pod Running) of the
-    runners created meanwhile. Each new runner, in creation order, replaces the earliest finished
-    job not yet replaced that ended before it was created (a runner created with no such job is a
-    scale-up, not a replacement). Returns Running − finish per replacement.
+    runners created meanwhile, both from the start of the sustained load (so that a runner is never
+    paired with a later job than the one it replaced). Each new runner, in creation order, replaces
+    the earliest finished job not yet replaced that ended before it was created; a runner created
+    with no such job is a scale-up, not a replacement. Returns (finish, Running − finish) per
+    replacement, in finish order.
     """
     pending = sorted(finishes)
     gaps = []
     i = 0
     for created, running in sorted(new_runners):
         if i < len(pending) and pending[i] <= created:
-            gaps.append(running - pending[i])
+            gaps.append((pending[i], running - pending[i]))
             i += 1
     return gaps
 

@@ -52,6 +52,9 @@ def test_latencies_of_each_job_come_from_the_runner_that_took_it():
     assert fig.queued_to_running(jobs, running) == [0.0, 0.75]
     assert fig.queued_to_assigned(jobs) == pytest.approx([0.1, 0.9])
     assert fig.finished_to_gone(jobs, gone) == pytest.approx([0.5, 0.3])
+    # A ready runner's wait for its job: from its pod Running to the hand-over (warm: 10.1 s).
+    assert fig.job_wait(jobs, running) == pytest.approx([10.1, 0.15])
+    assert fig.job_wait([fig.Job("cold", 100.0, 100.5, None)], running) == [0.0]  # asked before Running was written
     assert fig.stage({"a": 1.0, "b": 2.0}, {"a": 1.5, "c": 9.0}) == [0.5]
     # The listener's next publish at or after each job's queue time.
     assert fig.first_after([99.0, 100.2, 100.5], jobs[:2]) == pytest.approx([0.2, 0.2])
@@ -67,8 +70,10 @@ def test_each_new_runner_replaces_the_earliest_job_that_ended_before_it_was_crea
         (11.5, 12.5),  # nothing ended before 11.5 that is not replaced yet
         (12.1, 12.6),  # replaces 12.0
     ]
-    assert fig.replacement_gaps(finishes, new_runners) == pytest.approx([1.0, 0.9, 0.6])
-    assert fig.replacement_gaps(finishes, reversed(new_runners)) == pytest.approx([1.0, 0.9, 0.6])
+    expected = [(10.0, 1.0), (10.5, 0.9), (12.0, 0.6)]
+    for got in (fig.replacement_gaps(finishes, new_runners), fig.replacement_gaps(finishes, reversed(new_runners))):
+        assert [f for f, _ in got] == [f for f, _ in expected]
+        assert [g for _, g in got] == pytest.approx([g for _, g in expected])
 
 
 def test_cycle_overhead_from_throughput():
