@@ -126,6 +126,7 @@ class Timeline:
         self.pod_added: dict[str, float] = {}
         self.pod_running: dict[str, float] = {}
         self.pod_gone: dict[str, float] = {}
+        self.er_succeeded: dict[str, float] = {}  # the runner worker set status Succeeded (job done)
 
     def observe(self, plural: str, kind: str, obj: dict[str, Any], now: float) -> None:
         name = (obj.get("metadata") or {}).get("name") or ""
@@ -136,8 +137,17 @@ class Timeline:
             gone.setdefault(name, now)
             return
         added.setdefault(name, now)
-        if plural == "pods" and (obj.get("status") or {}).get("phase") == "Running":
+        phase = (obj.get("status") or {}).get("phase")
+        if plural == "pods" and phase == "Running":
             self.pod_running.setdefault(name, now)
+        if plural == "ephemeralrunners" and phase == "Succeeded":
+            self.er_succeeded.setdefault(name, now)
+
+    def relisted(self, plural: str, names: set[str], now: float) -> None:
+        """A relist: whatever was present and is no longer listed went away meanwhile."""
+        added, gone = (self.er_added, self.er_gone) if plural == "ephemeralrunners" else (self.pod_added, self.pod_gone)
+        for name in added.keys() - gone.keys() - names:
+            gone[name] = now
 
     def ers_present(self) -> int:
         return len(self.er_added.keys() - self.er_gone.keys())
@@ -147,27 +157,34 @@ class Timeline:
 
 
 async def _watch(kube: DemoKube, path: str, plural: str, timeline: Timeline) -> None:
-    """List, then watch from the list's resourceVersion; relist on any break (until cancelled)."""
+    """List, then watch from the list's resourceVersion, re-watching from the last one seen when a
+    watch ends; relist after an error (what vanished meanwhile is marked gone at the relist)."""
     while True:
         try:
             listed = msgspec.json.decode(await kube.client.request("GET", path, what=f"list {plural}"))
             now = time.time()
-            for item in listed.get("items") or []:
+            items = listed.get("items") or []
+            timeline.relisted(plural, {(i.get("metadata") or {}).get("name") or "" for i in items}, now)
+            for item in items:
                 timeline.observe(plural, "ADDED", item, now)
             rv = (listed.get("metadata") or {}).get("resourceVersion", "")
-            query = (
-                ("watch", "true"),
-                ("resourceVersion", rv),
-                ("allowWatchBookmarks", "true"),
-                ("timeoutSeconds", "50"),
-            )
-            async with kube.client.stream(path, what=f"watch {plural}", query=query, read_timeout=70) as lines:
-                async for line in lines:
-                    event = msgspec.json.decode(line)
-                    if event.get("type") == "ERROR":
-                        break
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        timeline.observe(plural, event["type"], event.get("object") or {}, time.time())
+            while rv:
+                query = (
+                    ("watch", "true"),
+                    ("resourceVersion", rv),
+                    ("allowWatchBookmarks", "true"),
+                    ("timeoutSeconds", "50"),
+                )
+                async with kube.client.stream(path, what=f"watch {plural}", query=query, read_timeout=70) as lines:
+                    async for line in lines:
+                        event = msgspec.json.decode(line)
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":
+                            rv = ""  # expired: relist
+                            break
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                            timeline.observe(plural, event["type"], obj, time.time())
         except KubeError:
             await anyio.sleep(0.2)  # back off before relisting after a broken watch
 
@@ -434,6 +451,7 @@ def _raw(res: Results) -> dict[str, Any]:
         "pod_added": tl.pod_added,
         "pod_running": tl.pod_running,
         "pod_gone": tl.pod_gone,
+        "er_succeeded": tl.er_succeeded,
         "desired_at": res.desired_at,
         "cold_jobs": res.cold_jobs,
         "sustained_jobs": res.tput_jobs,
@@ -547,6 +565,16 @@ def _latency_rows(table: Table, res: Results, ph: Phases) -> None:
         fig.p50_p99(fig.finished_to_gone(jobs, tl.er_gone)),
         GOAL_TEARDOWN,
     )
+    table.add(
+        "  job finished → EphemeralRunner Succeeded (runner worker)",
+        fig.p50_p99(fig.finished_to_gone(jobs, tl.er_succeeded)),
+        "",
+    )
+    table.add(
+        "  Succeeded → gone (runner-set, once the listener's state accounts for the job)",
+        fig.p50_p99(fig.stage(of(tl.er_succeeded), tl.er_gone)),
+        "",
+    )
 
 
 def _overhead_rows(table: Table, res: Results) -> None:
@@ -569,6 +597,17 @@ def _overhead_rows(table: Table, res: Results) -> None:
         "",
     )
     table.add(
+        "    job finished → EphemeralRunner Succeeded (runner worker)",
+        fig.p50_p99(fig.finished_to_gone(res.tput_jobs, tl.er_succeeded)),
+        "",
+    )
+    names = {j.runner_name for j in res.tput_jobs}
+    table.add(
+        "    Succeeded → gone (runner-set, once the listener's state accounts for the job)",
+        fig.p50_p99(fig.stage({n: t for n, t in tl.er_succeeded.items() if n in names}, tl.er_gone)),
+        "",
+    )
+    table.add(
         "  runner pod Running → the service hands it a job (queue never empty)",
         fig.p50_p99(fig.job_wait(res.tput_jobs, tl.pod_running)),
         "",
@@ -588,7 +627,10 @@ def _rss_rows(table: Table, res: Results) -> None:
         shown = " / ".join("?" if v is None else f"{v:.0f}" for v in values)
         a, b = res.rss.get(low, {}).get(worker), res.rss.get(high, {}).get(worker)
         guess = fig.extrapolate(low, a, high, b, RSS_TARGET) if a is not None and b is not None else None
-        more = f"; linear to {RSS_TARGET:,}: ≈ {guess:.0f}" if guess is not None else ""
+        more = ""
+        if guess is not None and a is not None and b is not None:
+            per_runner_kb = (b - a) / (high - low) * 1000
+            more = f"; {per_runner_kb:.0f} kB/runner → {RSS_TARGET:,}: ≈ {guess:.0f}"
         table.add(f"  {worker}", shown + more, "")
     table.add(
         "  largest fleet reached",
