@@ -127,12 +127,22 @@ class Timeline:
         self.pod_running: dict[str, float] = {}
         self.pod_gone: dict[str, float] = {}
         self.er_succeeded: dict[str, float] = {}  # the runner worker set status Succeeded (job done)
+        self._uids: dict[tuple[str, str], str] = {}  # (plural, name) → uid of the object the times are of
 
     def observe(self, plural: str, kind: str, obj: dict[str, Any], now: float) -> None:
-        name = (obj.get("metadata") or {}).get("name") or ""
+        meta = obj.get("metadata") or {}
+        name, uid = meta.get("name") or "", meta.get("uid") or ""
         if not name:
             return
         added, gone = (self.er_added, self.er_gone) if plural == "ephemeralrunners" else (self.pod_added, self.pod_gone)
+        known = self._uids.setdefault((plural, name), uid)
+        if uid and known != uid:
+            if kind == "DELETED":
+                return  # the end of an older object of this name, seen late
+            # A generated name used again (5 random characters): a new object, new times.
+            self._uids[(plural, name)] = uid
+            for times in (added, gone, self.pod_running if plural == "pods" else self.er_succeeded):
+                times.pop(name, None)
         if kind == "DELETED":
             gone.setdefault(name, now)
             return

@@ -94,3 +94,21 @@ def test_rss_extrapolates_linearly_through_two_points():
     assert fig.extrapolate(1000, 150.0, 2000, 200.0, 10_000) == pytest.approx(600.0)
     assert fig.extrapolate(50, 100.0, 1000, 100.0, 10_000) == pytest.approx(100.0)
     assert fig.extrapolate(50, 100.0, 50, 120.0, 10_000) is None
+
+
+def test_timeline_starts_afresh_when_a_generated_name_is_used_again():
+    from tests.bench.bench_e2e import Timeline
+
+    tl = Timeline()
+    pod = {"metadata": {"name": "r-abcde", "uid": "1"}, "status": {"phase": "Running"}}
+    tl.observe("pods", "ADDED", pod, 1.0)
+    tl.observe("pods", "DELETED", pod, 2.0)
+    assert tl.pods_running() == 0
+    again = {"metadata": {"name": "r-abcde", "uid": "2"}, "status": {"phase": "Pending"}}
+    tl.observe("pods", "ADDED", again, 3.0)
+    tl.observe("pods", "MODIFIED", {**again, "status": {"phase": "Running"}}, 4.0)
+    tl.observe("pods", "DELETED", pod, 4.5)  # the old object's end, seen late
+    assert tl.pods_running() == 1
+    assert (tl.pod_added["r-abcde"], tl.pod_running["r-abcde"]) == (3.0, 4.0)
+    tl.relisted("pods", set(), 5.0)  # a relist without it: gone meanwhile
+    assert tl.pods_running() == 0
