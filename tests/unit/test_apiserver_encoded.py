@@ -3,20 +3,22 @@ a list or watch re-encodes an object only when it changed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from services.embedded.apiserver.store import Store
 
 
-def obj(name: str, value: int) -> dict:
+def obj(name: str, value: int) -> dict[str, Any]:
     return {"metadata": {"namespace": "ns", "name": name}, "spec": {"v": value}}
 
 
-def test_encoded_once_per_stored_version_and_dropped_with_the_object():
+def test_encoded_once_per_stored_version_and_dropped_with_the_object() -> None:
     store = Store()
     calls: list[str] = []
 
-    def enc(o: dict) -> bytes:
+    def enc(o: dict[str, Any]) -> bytes:
         calls.append(o["metadata"]["name"])
         return msgspec.json.encode(o)
 

@@ -21,18 +21,18 @@ from tests.bench import e2e_figures as fig
         ([float(i) for i in range(1, 101)], 50, 50.0),
     ],
 )
-def test_nearest_rank_percentile(values, p, expected):
+def test_nearest_rank_percentile(values: list[float], p: float, expected: float) -> None:
     assert fig.percentile(values, p) == expected
 
 
-def test_percentile_of_nothing_is_an_error_and_shown_as_no_sample():
+def test_percentile_of_nothing_is_an_error_and_shown_as_no_sample() -> None:
     with pytest.raises(ValueError):
         fig.percentile([], 50)
     assert fig.p50_p99([]) == "n/a (no sample)"
     assert fig.p50_p99([0.25, 0.5, 2.0]) == "0.50 s / 2.00 s (n=3)"
 
 
-def test_jobs_from_the_simulator_records():
+def test_jobs_from_the_simulator_records() -> None:
     raw = [
         {"runner_name": "r1", "queue_time": 100.0, "runner_assign_time": 101.5, "finish_time": 102.5},
         {"runner_name": "", "queue_time": 100, "runner_assign_time": None, "finish_time": None},
@@ -40,7 +40,7 @@ def test_jobs_from_the_simulator_records():
     assert fig.jobs_from_sim(raw) == [fig.Job("r1", 100.0, 101.5, 102.5), fig.Job("", 100.0, None, None)]
 
 
-def test_latencies_of_each_job_come_from_the_runner_that_took_it():
+def test_latencies_of_each_job_come_from_the_runner_that_took_it() -> None:
     jobs = [
         fig.Job("warm", queued=100.0, assigned=100.1, finished=101.1),  # Running before it was queued → 0
         fig.Job("cold", queued=100.0, assigned=100.9, finished=101.9),
@@ -61,7 +61,7 @@ def test_latencies_of_each_job_come_from_the_runner_that_took_it():
     assert fig.first_after([99.0], jobs[:1]) == []
 
 
-def test_each_new_runner_replaces_the_earliest_job_that_ended_before_it_was_created():
+def test_each_new_runner_replaces_the_earliest_job_that_ended_before_it_was_created() -> None:
     finishes = [10.0, 10.5, 12.0]
     new_runners = [
         (9.0, 9.5),  # created before any job ended: a scale-up, not a replacement
@@ -76,7 +76,7 @@ def test_each_new_runner_replaces_the_earliest_job_that_ended_before_it_was_crea
         assert [g for _, g in got] == pytest.approx([g for _, g in expected])
 
 
-def test_cycle_overhead_from_throughput():
+def test_cycle_overhead_from_throughput() -> None:
     # 50 runners, 30 s, 150 jobs of 1 s: each runner cycles every 10 s, 9 s of it overhead.
     assert fig.cycle_overhead(50, 150, 30.0, 1.0) == pytest.approx(9.0)
     # ARC's published 3.26 jobs/s would be 50/3.26 − 1 ≈ 14.3 s.
@@ -84,19 +84,19 @@ def test_cycle_overhead_from_throughput():
     assert math.isinf(fig.cycle_overhead(50, 0, 30.0, 1.0))
 
 
-def test_vm_rss_from_proc_status():
+def test_vm_rss_from_proc_status() -> None:
     text = "Name:\tpython\nVmPeak:\t  999 kB\nVmRSS:\t  102400 kB\nThreads:\t3\n"
     assert fig.vm_rss_mb(text) == pytest.approx(102400 * 1024 / 1e6)
     assert fig.vm_rss_mb("Name:\tkthreadd\n") is None
 
 
-def test_rss_extrapolates_linearly_through_two_points():
+def test_rss_extrapolates_linearly_through_two_points() -> None:
     assert fig.extrapolate(1000, 150.0, 2000, 200.0, 10_000) == pytest.approx(600.0)
     assert fig.extrapolate(50, 100.0, 1000, 100.0, 10_000) == pytest.approx(100.0)
     assert fig.extrapolate(50, 100.0, 50, 120.0, 10_000) is None
 
 
-def test_timeline_starts_afresh_when_a_generated_name_is_used_again():
+def test_timeline_starts_afresh_when_a_generated_name_is_used_again() -> None:
     from tests.bench.bench_e2e import Timeline
 
     tl = Timeline()

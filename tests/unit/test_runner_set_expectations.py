@@ -3,6 +3,8 @@ when a set may be decided from the cache, when it is read through the API instea
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import pytest
 
 from services.runner_set import expectations as xp
@@ -20,7 +22,9 @@ E = Expectations
         (E(frozenset({"a"}), frozenset(), 1.0), ("b",), ("x",), 2.0, E(frozenset({"a", "b"}), frozenset({"x"}), 2.0)),
     ],
 )
-def test_expect(before, created, deleted, now, after):
+def test_expect(
+    before: Expectations, created: tuple[str, ...], deleted: tuple[str, ...], now: float, after: Expectations
+) -> None:
     assert xp.expect(before, created=created, deleted=deleted, now=now) == after
 
 
@@ -38,7 +42,7 @@ BOTH = E(frozenset({"c"}), frozenset({"d"}), 1.0)
         ("z", True, True, {"c"}, {"d"}),  # someone else's runner: nothing changes
     ],
 )
-def test_observe(uid, gone, deleting, creates, deletes):
+def test_observe(uid: str, gone: bool, deleting: bool, creates: AbstractSet[str], deletes: AbstractSet[str]) -> None:
     after = xp.observe(BOTH, uid, gone=gone, deleting=deleting)
     assert (after.creates, after.deletes, after.since) == (creates, deletes, 1.0)
 
@@ -51,7 +55,7 @@ def test_observe(uid, gone, deleting, creates, deletes):
         ({"c": False, "d": True}, set(), set()),  # deleted one shows its deletionTimestamp
     ],
 )
-def test_settle_against_cache(cached, creates, deletes):
+def test_settle_against_cache(cached: dict[str, bool], creates: AbstractSet[str], deletes: AbstractSet[str]) -> None:
     after = xp.settle(BOTH, cached)
     assert (after.creates, after.deletes) == (creates, deletes)
 
@@ -66,7 +70,7 @@ def test_settle_against_cache(cached, creates, deletes):
         (E(frozenset({"c"}), frozenset(), 10.0), 10.0, 0.0, Verdict.EXPIRED, 0.0),
     ],
 )
-def test_check(e, now, timeout, verdict, left):
+def test_check(e: Expectations, now: float, timeout: float, verdict: Verdict, left: float) -> None:
     assert xp.check(e, now, timeout) == (verdict, left)
 
 
@@ -80,7 +84,9 @@ def test_check(e, now, timeout, verdict, left):
         ({}, {"a": True}, set(), set()),  # gone on the server, deleting in the cache: nothing to wait for
     ],
 )
-def test_from_read(listed, cached, creates, deletes):
+def test_from_read(
+    listed: dict[str, bool], cached: dict[str, bool], creates: AbstractSet[str], deletes: AbstractSet[str]
+) -> None:
     e = xp.from_read(listed, cached, 3.0)
     assert (e.creates, e.deletes) == (creates, deletes)
     assert e.since == (3.0 if e.pending else 0.0)
