@@ -45,6 +45,7 @@ from shared.kube import (
     DONE,
     EPHEMERAL_RUNNER_SETS,
     EPHEMERAL_RUNNERS,
+    NEXT_PASS,
     SECRETS,
     ApiReader,
     ApiWriter,
@@ -188,17 +189,22 @@ class RunnerSetReconciler:
             self.expectations.pop(key, None)
             self.cache_trusted.discard(key)
             return DONE
-        ers = await self._apply_desired(key, ers)
+        applied = await self._apply_desired(key, ers)
+        if applied is not ers:
+            # The desired state is on the ERS (this pass's one spec patch, README "Worker runtime");
+            # the next pass, right away, plans against it.
+            return NEXT_PASS
         if ers.metadata.is_deleting:
             return await self._finalize(key, ers)
         finalizers = adopt.live_finalizers(ers.metadata.finalizers)  # ours, in place of ARC 0.12-0.14's
         if finalizers is not None:
-            ers = await self.writer.patch_merge(
+            await self.writer.patch_merge(
                 EPHEMERAL_RUNNER_SETS,
                 key,
                 {"metadata": {"finalizers": finalizers}},
                 resource_version=ers.metadata.resource_version,
             )
+            return NEXT_PASS
         problems = validate(ers)
         if problems:
             text = "; ".join(f"{p.path}: {p.message}" for p in problems)
