@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import msgspec
 import pytest
@@ -118,9 +118,22 @@ async def runner_env(
         yield env
 
 
+# Two signatures, as tests.support.eventually's (mypy infers T from an async predicate's awaited value).
+@overload
 async def wait_for(
-    predicate: Callable[[], T | Awaitable[T]], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"
-) -> T:
+    predicate: Callable[[], Awaitable[T]], *, timeout: float = ..., interval: float = ..., what: str = ...
+) -> T: ...
+
+
+@overload
+async def wait_for(
+    predicate: Callable[[], T | Awaitable[T]], *, timeout: float = ..., interval: float = ..., what: str = ...
+) -> T: ...
+
+
+async def wait_for(
+    predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"
+) -> Any:
     """:func:`tests.support.eventually.eventually` (sync or async ``predicate``; its value is returned)."""
     return await eventually(predicate, timeout=timeout, interval=interval, what=what)
 
