@@ -18,7 +18,7 @@ import yaml
 from services.embedded.actions_sim.world import Seed
 from services.scale_set.build import ars_listener_name
 from services.scale_set.worker import WORKER, ScaleSetSettings
-from shared.api import AutoscalingRunnerSet, OwnerReference, to_dict
+from shared.api import AutoscalingRunnerSet, AutoscalingRunnerSetStatus, OwnerReference, to_dict
 from shared.api.constants import (
     ANNOTATION_RUNNER_GROUP_NAME,
     ANNOTATION_RUNNER_SCALE_SET_ID,
@@ -348,8 +348,12 @@ async def test_outdated_guard_waits_for_applied_revision_then_parks(
             a = await kube.reader.get_or_none(AUTOSCALING_LISTENERS, al_key)
             e = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
             s = await get_ars(kube, key)
-            assert s is not None and s.status is not None
-            return a is not None and not a.metadata.is_deleting and e.spec.replicas == 3 and s.status.phase == "Running"
+            return (
+                a is not None
+                and not a.metadata.is_deleting
+                and e.spec.replicas == 3
+                and cast(AutoscalingRunnerSetStatus, cast(AutoscalingRunnerSet, s).status).phase == "Running"
+            )
 
         await wait_for(lambda: _ars_current_runners(kube, key, 1), what="ERS status seen by the worker")
         await consistently(still_serving)
