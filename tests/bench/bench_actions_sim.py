@@ -6,8 +6,10 @@ cost, not the client's); the simulator runs in its own thread and loop, as in th
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
+from typing import Any
 
 import aiohttp
 import anyio
@@ -48,7 +50,7 @@ class _Api:
         body = msgspec.json.decode(raw)
         self.base, self.token = body["url"], f"Bearer {body['token']}"
 
-    async def scale_set_and_session(self, name: str) -> tuple[int, dict]:
+    async def scale_set_and_session(self, name: str) -> tuple[int, dict[str, Any]]:
         _, raw = await self.call(
             "POST", self.base + "_apis/runtime/runnerscalesets", self.token, {"name": name, "runnerGroupId": 1}
         )
@@ -58,7 +60,7 @@ class _Api:
         )
         return ss, msgspec.json.decode(raw)
 
-    async def poll(self, session: dict, last: int) -> dict | None:
+    async def poll(self, session: dict[str, Any], last: int) -> dict[str, Any] | None:
         params = {"lastMessageId": str(last)} if last else {}
         status, raw = await self.call(
             "GET",
@@ -69,7 +71,7 @@ class _Api:
         )
         return msgspec.json.decode(raw) if status == 200 else None
 
-    async def ack(self, session: dict, message_id: int) -> None:
+    async def ack(self, session: dict[str, Any], message_id: int) -> None:
         url, _, query = session["messageQueueUrl"].partition("?")
         await self.call("DELETE", f"{url}/{message_id}?{query}", f"Bearer {session['messageQueueAccessToken']}")
 
@@ -80,7 +82,7 @@ async def _wake_latency(api: _Api, rounds: int) -> list[float]:
     latencies: list[float] = []
     last = 0
 
-    async def poll(after: int, got: list[dict]) -> None:
+    async def poll(after: int, got: list[dict[str, Any]]) -> None:
         message = await api.poll(session, after)
         if message:
             got.append(message)
@@ -89,7 +91,7 @@ async def _wake_latency(api: _Api, rounds: int) -> list[float]:
         return bool((await api.sim.control.sessions())[0].polls_in_flight)
 
     for _ in range(rounds):
-        got: list[dict] = []
+        got: list[dict[str, Any]] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(poll, last, got)
             await eventually(poll_in_flight, timeout=10, interval=0.001, what="the poll held by the service")
@@ -134,7 +136,7 @@ async def _job_cycles(api: _Api, runners: int) -> float:
     started = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for config in configs:
-            tg.start_soon(lambda c=config: run_runner(api.sim.url, c, job_wait=5))
+            tg.start_soon(functools.partial(run_runner, api.sim.url, config, job_wait=5))
     return runners / (time.perf_counter() - started)
 
 

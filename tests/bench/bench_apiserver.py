@@ -10,6 +10,7 @@ import asyncio
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -20,8 +21,8 @@ CONCURRENCY = 32
 CRDS = Path(__file__).resolve().parents[1] / "conformance" / "data" / "crds.yaml"
 
 
-async def _writes(session: aiohttp.ClientSession, urls_and_bodies: list[tuple[str, str, dict, str]]) -> float:
-    queue: asyncio.Queue[tuple[str, str, dict, str]] = asyncio.Queue()
+async def _writes(session: aiohttp.ClientSession, urls_and_bodies: list[tuple[str, str, dict[str, Any], str]]) -> float:
+    queue: asyncio.Queue[tuple[str, str, dict[str, Any], str]] = asyncio.Queue()
     for item in urls_and_bodies:
         queue.put_nowait(item)
 

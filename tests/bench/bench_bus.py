@@ -13,10 +13,12 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 import anyio
+from anyio.abc import TaskStatus
 
-from shared.bus import Bus, BusSettings, DesiredState, LeaderLease, ResourceRef, subjects
+from shared.bus import Bus, BusSettings, Delivery, DesiredState, LeaderLease, ResourceRef, subjects
 from shared.bus.subjects import ConsumerSpec, DeliverFrom
 from tests.bench.table import Table
 from tests.fixtures.nats import NatsServer, _free_port
@@ -46,9 +48,9 @@ async def _measure(url: str, n: int) -> dict[str, float]:
         done = anyio.Event()
         expected = 0
 
-        async def handler(delivery) -> None:
+        async def handler(delivery: Delivery) -> None:
             nonlocal handled
-            start = sent_at.pop(delivery.message.patch_id, None)
+            start = sent_at.pop(cast(DesiredState, delivery.message).patch_id, None)  # the desired stream
             if start is not None:
                 latencies.append(time.perf_counter() - start)
             handled += 1
@@ -96,7 +98,7 @@ async def _measure(url: str, n: int) -> dict[str, float]:
         name = subjects.listener_lease_name("bench", "set")
         crashed = anyio.CancelScope()
 
-        async def leader(*, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+        async def leader(*, task_status: TaskStatus[LeaderLease] = anyio.TASK_STATUS_IGNORED) -> None:
             with crashed:
                 async with Bus.connect(settings) as other, LeaderLease.join(other, name, replica_id="leader") as lease:
                     await lease.wait_leader()

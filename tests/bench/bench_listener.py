@@ -12,10 +12,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import anyio
 import msgspec
 import nats
+from nats.aio.msg import Msg
 
 from services.embedded.actions_sim.views import SimSettings
 from services.listener.service import Listener
@@ -50,6 +52,10 @@ def _config(sim: ActionsSim, nats_url: str, scale_set_id: int, *, lease_ttl: flo
     )
 
 
+def _replicas_are(n: int) -> Callable[[busmsg.DesiredState], bool]:
+    return lambda d: d.replicas == n
+
+
 class _Tap:
     def __init__(self) -> None:
         self.desired: list[tuple[float, busmsg.DesiredState]] = []
@@ -82,8 +88,9 @@ async def _bench(quick: bool) -> Table:
                     await tg.start(leader.run)
                     js = nc.jetstream()
 
-                    async def on_desired(msg: object) -> None:
-                        tap.desired.append((time.monotonic(), busmsg.decode(msg.subject, msg.data)))  # type: ignore[attr-defined]
+                    async def on_desired(msg: Msg) -> None:
+                        desired = cast(busmsg.DesiredState, busmsg.decode(msg.subject, msg.data))  # the desired stream
+                        tap.desired.append((time.monotonic(), desired))
 
                     while True:  # the stream exists once the listener connected
                         try:
@@ -99,7 +106,7 @@ async def _bench(quick: bool) -> Table:
                     for i in range(1, rounds + 1):
                         t0 = time.monotonic()
                         await sim.control.enqueue_jobs(count=1, labels=["bench"])
-                        at = await tap.wait(lambda d, i=i: d.replicas == i)
+                        at = await tap.wait(_replicas_are(i))
                         latencies.append((at - t0) * 1000)
                     _row(table, "job enqueued -> DesiredState on the bus", latencies, "ms")
 

@@ -41,11 +41,11 @@ def _subset(desired: Any, live: Any) -> bool:
             and len(desired) <= len(live)
             and all(_subset(d, v) for d, v in zip(desired, live, strict=False))
         )
-    return desired == live
+    return bool(desired == live)
 
 
 def naive_equal(a: Any, b: Any) -> bool:
-    return normalise(a) == normalise(b)
+    return bool(normalise(a) == normalise(b))
 
 
 def naive_derivative(desired: Any, live: Any) -> bool:

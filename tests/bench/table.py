@@ -17,7 +17,10 @@ class Table:
     def render(self) -> str:
         cells = [self.headers] + [[_fmt(c) for c in row] for row in self.rows]
         widths = [max(len(str(r[i])) for r in cells) for i in range(len(self.headers))]
-        line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True))  # noqa: E731
+
+        def line(r: list[str]) -> str:
+            return "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True))
+
         out = [self.title, "=" * len(self.title), line(cells[0]), line(["-" * w for w in widths])]
         out += [line(r) for r in cells[1:]]
         return "\n".join(out)

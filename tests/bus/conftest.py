@@ -8,11 +8,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from shared.bus.settings import BusSettings
+from tests.fixtures.nats import NatsServer
 from tests.support.eventually import eventually
 
 
 @pytest.fixture
-def bus_settings(nats_server) -> BusSettings:
+def bus_settings(nats_server: NatsServer) -> BusSettings:
     # A 1 s lease (renewed every 0.2 s) keeps hand-over tests short; production defaults are 10 s.
     return BusSettings(
         nats_urls=(nats_server.url,),

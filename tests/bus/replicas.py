@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
+
 import anyio
+from anyio.abc import TaskStatus
 
 from shared.bus import Bus, BusSettings, LeaderLease, ShardOwnership
 
@@ -10,7 +13,13 @@ from shared.bus import Bus, BusSettings, LeaderLease, ShardOwnership
 class ShardReplica:
     """One worker replica holding a share of ``group``'s shards over its own connection."""
 
-    def __init__(self, settings: BusSettings, group: str, replica_id: str, work=None) -> None:
+    def __init__(
+        self,
+        settings: BusSettings,
+        group: str,
+        replica_id: str,
+        work: Callable[[ShardReplica], Awaitable[None]] | None = None,
+    ) -> None:
         self.work = work  # async (replica) -> None, run for the replica's lifetime
         self.settings = settings
         self.group = group
@@ -20,7 +29,7 @@ class ShardReplica:
         self.scope = anyio.CancelScope()
         self.alive = True
 
-    async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with self.scope:
             async with (
                 Bus.connect(self.settings) as bus,
@@ -58,7 +67,7 @@ class LeaderReplica:
         self.scope = anyio.CancelScope()
         self.alive = True
 
-    async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with self.scope:
             async with Bus.connect(self.settings) as bus, LeaderLease.join(bus, self.name, replica_id=self.id) as lease:
                 self.bus, self.lease = bus, lease
@@ -78,7 +87,7 @@ class LeaderReplica:
 class OwnershipMonitor:
     """Samples every replica's locally-valid leases and records any key held by two at once."""
 
-    def __init__(self, owned_by: dict[str, callable]) -> None:
+    def __init__(self, owned_by: dict[str, Callable[[], Iterable[object]]]) -> None:
         self.owned_by = owned_by  # replica id -> () -> set of held things
         self.violations: list[tuple[object, str, str]] = []
         self.samples = 0

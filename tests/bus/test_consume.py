@@ -1,14 +1,18 @@
 """Every message type through JetStream and a durable consumer; rejects, retries, cancellation."""
 
+import functools
+from typing import cast
+
 import anyio
 import msgspec
 import nats
 import pytest
 
-from shared.bus import Bus, Delivery, subjects
+from shared.bus import Bus, BusSettings, Delivery, DesiredState, Handler, subjects
 from shared.bus.messages import subject_for
 from shared.bus.subjects import ConsumerSpec, DeliverFrom
 from tests.bus.conftest import metric, wait_for
+from tests.fixtures.nats import NatsServer
 from tests.support.eventually import eventually
 from tests.unit.test_bus_messages import samples
 
@@ -23,7 +27,7 @@ def consumer_for(stream: subjects.StreamSpec) -> ConsumerSpec:
     return ConsumerSpec(stream.name, f"test-{stream.name.lower()}", stream.subjects, DeliverFrom.ALL)
 
 
-async def test_every_message_type_round_trips_through_a_stream(bus_settings) -> None:
+async def test_every_message_type_round_trips_through_a_stream(bus_settings: BusSettings) -> None:
     sent = samples()
     received: list[Delivery] = []
 
@@ -53,7 +57,7 @@ async def _publish_raw(url: str, subject: str, data: bytes) -> int:
 
 
 async def test_malformed_and_unknown_version_messages_are_terminated_counted_and_skipped(
-    bus_settings, nats_server
+    bus_settings: BusSettings, nats_server: NatsServer
 ) -> None:
     desired = samples()[0]
     subject = subject_for(desired)
@@ -80,7 +84,7 @@ async def test_malformed_and_unknown_version_messages_are_terminated_counted_and
             # Terminated messages are gone for good: the consumer has nothing pending or unacked.
             async def settled() -> bool:
                 info = await bus.js.consumer_info(ALL_DESIRED.stream, ALL_DESIRED.durable)
-                return info.num_pending == 0 and info.num_ack_pending == 0
+                return bool(info.num_pending == 0 and info.num_ack_pending == 0)
 
             await eventually(settled, timeout=5, interval=0.02, what="the consumer settled")
             tg.cancel_scope.cancel()
@@ -96,16 +100,18 @@ async def test_malformed_and_unknown_version_messages_are_terminated_counted_and
     assert metric("runnerscale_bus_rejected_messages_total", subject_kind="unknown", reason="malformed") >= 1
 
 
-async def test_a_failing_handler_is_retried_then_acked_and_later_messages_still_flow(bus_settings) -> None:
-    first, second = samples()[0], msgspec.structs.replace(samples()[0], patch_id=1)
+async def test_a_failing_handler_is_retried_then_acked_and_later_messages_still_flow(bus_settings: BusSettings) -> None:
+    first = cast(DesiredState, samples()[0])  # samples() starts with a DesiredState
+    second = msgspec.structs.replace(first, patch_id=1)
     attempts: list[int] = []
     handled: list[int] = []
 
     async def flaky(delivery: Delivery) -> None:
-        attempts.append(delivery.message.patch_id)
-        if delivery.message.patch_id == first.patch_id and delivery.num_delivered < 2:
+        message = cast(DesiredState, delivery.message)  # ALL_DESIRED
+        attempts.append(message.patch_id)
+        if message.patch_id == first.patch_id and delivery.num_delivered < 2:
             raise RuntimeError("kubernetes said 500")
-        handled.append(delivery.message.patch_id)
+        handled.append(message.patch_id)
 
     async with Bus.connect(bus_settings) as bus:
         await bus.publish(first)
@@ -118,7 +124,7 @@ async def test_a_failing_handler_is_retried_then_acked_and_later_messages_still_
     assert sorted(handled) == sorted([first.patch_id, second.patch_id])
 
 
-async def test_a_handler_that_always_fails_is_terminated_after_max_deliver(bus_settings) -> None:
+async def test_a_handler_that_always_fails_is_terminated_after_max_deliver(bus_settings: BusSettings) -> None:
     before = metric("runnerscale_bus_terminated_messages_total", subject_kind="desired")
     attempts: list[int] = []
 
@@ -138,13 +144,13 @@ async def test_a_handler_that_always_fails_is_terminated_after_max_deliver(bus_s
     assert attempts == [1, 2, 3]
 
 
-async def test_desired_state_consumer_starts_from_the_latest_per_subject(bus_settings) -> None:
-    base = samples()[0]
+async def test_desired_state_consumer_starts_from_the_latest_per_subject(bus_settings: BusSettings) -> None:
+    base = cast(DesiredState, samples()[0])  # samples() starts with a DesiredState
     other = msgspec.structs.replace(base, ers=msgspec.structs.replace(base.ers, name="other"))
-    seen: list = []
+    seen: list[DesiredState] = []
 
     async def handler(delivery: Delivery) -> None:
-        seen.append(delivery.message)
+        seen.append(cast(DesiredState, delivery.message))  # RUNNER_SET_DESIRED
 
     async with Bus.connect(bus_settings) as bus:
         for patch_id in range(1, 6):
@@ -158,6 +164,7 @@ async def test_desired_state_consumer_starts_from_the_latest_per_subject(bus_set
             [(base.ers.name, 5), (other.ers.name, other.patch_id)]
         )
         latest = await bus.last_message(subject_for(base))
+        assert isinstance(latest, DesiredState)
         assert latest.patch_id == 5
         assert await bus.last_message(subjects.desired_subject("nobody", "here")) is None
         # The ERS is deleted: its history goes, the other ERS's stays.
@@ -166,7 +173,7 @@ async def test_desired_state_consumer_starts_from_the_latest_per_subject(bus_set
         assert (await bus.last_message(subject_for(other))) == other
 
 
-async def test_cancelling_a_consumer_mid_handler_leaves_the_message_for_redelivery(bus_settings) -> None:
+async def test_cancelling_a_consumer_mid_handler_leaves_the_message_for_redelivery(bus_settings: BusSettings) -> None:
     started = anyio.Event()
     seen: list[int] = []
 
@@ -195,7 +202,9 @@ async def test_cancelling_a_consumer_mid_handler_leaves_the_message_for_redelive
     assert seen == [1] and redelivered[0] >= 2
 
 
-async def test_shared_durable_splits_work_and_per_instance_durables_each_see_everything(bus_settings) -> None:
+async def test_shared_durable_splits_work_and_per_instance_durables_each_see_everything(
+    bus_settings: BusSettings,
+) -> None:
     per_instance: dict[str, list[int]] = {"a": [], "b": []}
     shared: list[int] = []
 
@@ -203,15 +212,15 @@ async def test_shared_durable_splits_work_and_per_instance_durables_each_see_eve
         for patch_id in range(10):
             await bus.publish(msgspec.structs.replace(samples()[0], patch_id=patch_id))
 
-        def recorder(into: list[int]):
+        def recorder(into: list[int]) -> Handler:
             async def handler(delivery: Delivery) -> None:
-                into.append(delivery.message.patch_id)
+                into.append(cast(DesiredState, delivery.message).patch_id)  # ALL_DESIRED
 
             return handler
 
         async with anyio.create_task_group() as tg:
             for name, into in per_instance.items():
-                tg.start_soon(lambda n=name, i=into: bus.consume(ALL_DESIRED, recorder(i), instance=n))
+                tg.start_soon(functools.partial(bus.consume, ALL_DESIRED, recorder(into), instance=name))
             tg.start_soon(bus.consume, msgspec.structs.replace(ALL_DESIRED, durable="shared"), recorder(shared))
             tg.start_soon(bus.consume, msgspec.structs.replace(ALL_DESIRED, durable="shared"), recorder(shared))
             await wait_for(lambda: len(per_instance["a"]) == len(per_instance["b"]) == len(shared) == 10)
@@ -220,7 +229,9 @@ async def test_shared_durable_splits_work_and_per_instance_durables_each_see_eve
     assert sorted(shared) == list(range(10))
 
 
-async def test_a_lone_message_reaches_an_idle_consumer_without_waiting_for_the_poll_to_expire(bus_settings) -> None:
+async def test_a_lone_message_reaches_an_idle_consumer_without_waiting_for_the_poll_to_expire(
+    bus_settings: BusSettings,
+) -> None:
     # Regression: a batched long poll would hold a single message until the poll expired.
     seen: list[Delivery] = []
 
@@ -231,5 +242,9 @@ async def test_a_lone_message_reaches_an_idle_consumer_without_waiting_for_the_p
         tg.start_soon(lambda: bus.consume(ALL_DESIRED, handler, fetch_timeout=30.0))
         for n in range(1, 4):
             await bus.publish(msgspec.structs.replace(samples()[0], patch_id=n))
-            await wait_for(lambda n=n: len(seen) == n, timeout=5)
+
+            def seen_n(n: int = n) -> bool:
+                return len(seen) == n
+
+            await wait_for(seen_n, timeout=5)
         tg.cancel_scope.cancel()

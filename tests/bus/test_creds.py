@@ -10,10 +10,12 @@ any network traffic. ``nkeys`` is masked here so the test means the same whereve
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 from shared.bus import Bus, BusSettings, SettingsError, load_settings
+from tests.fixtures.nats import NatsServer
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +30,7 @@ SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTC4
 
 
 @pytest.fixture
-def creds_file(tmp_path):
+def creds_file(tmp_path: Path) -> Path:
     path = tmp_path / "worker.creds"
     path.write_text(CREDS)
     path.chmod(0o600)
@@ -36,11 +38,11 @@ def creds_file(tmp_path):
 
 
 @pytest.fixture
-def without_nkeys(monkeypatch):
+def without_nkeys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "nkeys", None)  # `import nkeys` raises ImportError
 
 
-def test_creds_without_the_nkeys_package_is_a_settings_error(creds_file, without_nkeys) -> None:
+def test_creds_without_the_nkeys_package_is_a_settings_error(creds_file: Path, without_nkeys: None) -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(None, {"RUNNERSCALE_NATS_CREDS": str(creds_file)})
     assert str(err.value).startswith("invalid setting RUNNERSCALE_NATS_CREDS / --nats-creds:")
@@ -48,7 +50,9 @@ def test_creds_without_the_nkeys_package_is_a_settings_error(creds_file, without
     assert "SUAIBDPB" not in str(err.value)  # the seed never reaches an error text
 
 
-async def test_connect_with_creds_but_no_nkeys_fails_before_connecting(creds_file, without_nkeys, nats_server) -> None:
+async def test_connect_with_creds_but_no_nkeys_fails_before_connecting(
+    creds_file: Path, without_nkeys: None, nats_server: NatsServer
+) -> None:
     settings = BusSettings(nats_urls=(nats_server.url,), creds_file=str(creds_file), connect_timeout=1.0)
     with pytest.raises(SettingsError, match=r"RUNNERSCALE_NATS_CREDS.*nkeys"):
         async with Bus.connect(settings):

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import anyio
 import msgspec
 import pytest
 
-from shared.bus import Bus, NotOwner, ShardOwnership, subjects
-from shared.shards import resource_key
+from shared.bus import Bus, BusSettings, NotOwner, ShardOwnership, subjects
+from shared.shards import ShardChange, resource_key
 from tests.bus.conftest import wait_for
 from tests.bus.replicas import LeaderReplica, OwnershipMonitor, ShardReplica
 
@@ -18,24 +20,29 @@ pytestmark = pytest.mark.anyio
 SHARDS = 16
 
 
-def handover_bound(settings) -> float:
+def handover_bound(settings: BusSettings) -> float:
     # The dead replica's keys expire one TTL after its last renewal; survivors notice on their
     # next round. The slack covers the server's expiry timer and scheduling on a busy CI box.
     return settings.lease_ttl + settings.effective_renew_interval + 1.5
 
 
-def coverage(replicas) -> tuple[set[int], list[int]]:
+def coverage(replicas: Sequence[ShardReplica]) -> tuple[set[int], list[int]]:
     owned = [r.owned() for r in replicas]
-    return set().union(*owned), sorted(len(o) for o in owned)
+    covered: set[int] = set().union(*owned)
+    return covered, sorted(len(o) for o in owned)
 
 
-def balanced(replicas) -> bool:
+def balanced(replicas: Sequence[ShardReplica]) -> bool:
     """All shards held, none by two (the monitor checks that), nobody above ceil(shards/n)."""
     covered, sizes = coverage(replicas)
     return covered == set(range(SHARDS)) and sum(sizes) == SHARDS and max(sizes) <= -(-SHARDS // len(replicas))
 
 
-async def test_two_then_three_replicas_split_shards_disjointly(bus_settings) -> None:
+def _leader_set(replica: LeaderReplica) -> Callable[[], set[str]]:
+    return lambda: {"leader"} if replica.leading() else set()
+
+
+async def test_two_then_three_replicas_split_shards_disjointly(bus_settings: BusSettings) -> None:
     replicas = [ShardReplica(bus_settings, "runner-set", f"pod-{i}") for i in range(3)]
     monitor = OwnershipMonitor({r.id: r.owned for r in replicas})
     async with anyio.create_task_group() as tg:
@@ -54,7 +61,7 @@ async def test_two_then_three_replicas_split_shards_disjointly(bus_settings) -> 
     assert monitor.violations == []
 
 
-async def test_a_crashed_replicas_shards_move_within_the_bound(bus_settings) -> None:
+async def test_a_crashed_replicas_shards_move_within_the_bound(bus_settings: BusSettings) -> None:
     replicas = [ShardReplica(bus_settings, "runner", f"pod-{i}") for i in range(3)]
     monitor = OwnershipMonitor({r.id: r.owned for r in replicas})
     async with anyio.create_task_group() as tg:
@@ -70,7 +77,7 @@ async def test_a_crashed_replicas_shards_move_within_the_bound(bus_settings) -> 
         await wait_for(
             lambda: coverage(survivors) == (set(range(SHARDS)), [8, 8]),
             timeout=handover_bound(bus_settings) + 5,
-            describe=lambda: (coverage(survivors), [r.shards.members for r in survivors]),
+            describe=lambda: (coverage(survivors), [cast(ShardOwnership, r.shards).members for r in survivors]),
         )
         moved_after = time.monotonic() - crashed_at
         tg.cancel_scope.cancel()
@@ -80,10 +87,10 @@ async def test_a_crashed_replicas_shards_move_within_the_bound(bus_settings) -> 
     assert monitor.violations == []
 
 
-async def test_change_callbacks_and_held_follow_ownership(bus_settings) -> None:
-    changes: list = []
+async def test_change_callbacks_and_held_follow_ownership(bus_settings: BusSettings) -> None:
+    changes: list[ShardChange] = []
 
-    async def on_change(change) -> None:
+    async def on_change(change: ShardChange) -> None:
         changes.append(change)
 
     async with (
@@ -111,7 +118,7 @@ async def test_change_callbacks_and_held_follow_ownership(bus_settings) -> None:
     assert len(gained) == SHARDS + SHARDS // 2  # ...and taken back when it left
 
 
-async def test_a_clean_shutdown_hands_shards_over_at_once(bus_settings) -> None:
+async def test_a_clean_shutdown_hands_shards_over_at_once(bus_settings: BusSettings) -> None:
     # A longer TTL than the other tests: a hand-over by expiry could not beat it.
     bus_settings = msgspec.structs.replace(bus_settings, lease_ttl=3.0)
     replicas = [ShardReplica(bus_settings, "runner", f"pod-{i}") for i in range(2)]
@@ -130,7 +137,9 @@ async def test_a_clean_shutdown_hands_shards_over_at_once(bus_settings) -> None:
     assert took < bus_settings.lease_ttl, took
 
 
-async def test_racing_replicas_never_create_an_object_twice_even_when_one_dies_mid_flight(bus_settings) -> None:
+async def test_racing_replicas_never_create_an_object_twice_even_when_one_dies_mid_flight(
+    bus_settings: BusSettings,
+) -> None:
     """Three replicas 'create runners' for the same keys from a stale view (as a cached
     Kubernetes list would be); one crashes and one is cut off NATS while mid-flight."""
     keys = [resource_key("arc.runners", f"runner-{i}") for i in range(48)]
@@ -142,6 +151,7 @@ async def test_racing_replicas_never_create_an_object_twice_even_when_one_dies_m
 
     async def worker(replica: ShardReplica) -> None:
         shards = replica.shards
+        assert shards is not None
         while True:
             snapshot = set(created)  # a stale read, taken before the slow part
             for key in keys:
@@ -183,36 +193,41 @@ async def test_racing_replicas_never_create_an_object_twice_even_when_one_dies_m
     print(f"race: all keys created {finished_after:.2f}s after the crash; refusals={len(refused)}")
 
 
-async def test_exactly_one_leader_and_a_standby_takes_over_a_crashed_leader(bus_settings) -> None:
+async def test_exactly_one_leader_and_a_standby_takes_over_a_crashed_leader(bus_settings: BusSettings) -> None:
     name = subjects.listener_lease_name("arc.runners", "my.scale-set")
     replicas = [LeaderReplica(bus_settings, name, f"listener-{i}") for i in range(3)]
-    monitor = OwnershipMonitor({r.id: (lambda r=r: {"leader"} if r.leading() else set()) for r in replicas})
+    monitor = OwnershipMonitor({r.id: _leader_set(r) for r in replicas})
     async with anyio.create_task_group() as tg:
         tg.start_soon(monitor.run)
         for r in replicas:
             await tg.start(r.run)
         await wait_for(lambda: sum(r.leading() for r in replicas) == 1, timeout=5)
         leader = next(r for r in replicas if r.leading())
+        assert leader.lease is not None
         first_epoch = leader.lease.epoch
         crashed_at = time.monotonic()
         leader.crash()
         standbys = [r for r in replicas if r is not leader]
         await wait_for(lambda: any(r.leading() for r in standbys), timeout=handover_bound(bus_settings) + 5)
         took = time.monotonic() - crashed_at
-        new_epoch = next(r for r in standbys if r.leading()).lease.epoch
+        new_lease = next(r for r in standbys if r.leading()).lease
+        assert new_lease is not None
+        new_epoch = new_lease.epoch
         tg.cancel_scope.cancel()
     assert took <= handover_bound(bus_settings), took
+    assert new_epoch is not None and first_epoch is not None
     assert new_epoch > first_epoch
     assert monitor.violations == []
 
 
-async def test_leadership_block_is_cancelled_when_the_leader_is_cut_off(bus_settings) -> None:
+async def test_leadership_block_is_cancelled_when_the_leader_is_cut_off(bus_settings: BusSettings) -> None:
     name = subjects.listener_lease_name("ns", "set")
     a, b = LeaderReplica(bus_settings, name, "a"), LeaderReplica(bus_settings, name, "b")
     events: list[tuple[str, str, float]] = []
 
     async def session(replica: LeaderReplica) -> None:
         while True:
+            assert replica.lease is not None
             async with replica.lease.leadership() as term:
                 events.append((replica.id, "start", time.monotonic()))
                 try:
@@ -228,6 +243,7 @@ async def test_leadership_block_is_cancelled_when_the_leader_is_cut_off(bus_sett
         tg.start_soon(session, a)
         tg.start_soon(session, b)
         await wait_for(lambda: events)
+        assert a.bus is not None
         await a.bus.nc.close()  # a keeps running but can no longer renew
         await wait_for(
             lambda: any(e[0] == "b" and e[1] == "start" for e in events), timeout=handover_bound(bus_settings) + 5

@@ -108,13 +108,17 @@ def test_the_rendered_configuration_is_valid_for_nats_server(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
 
 
-async def test_a_process_without_credentials_is_refused_with_a_bus_error(auth_server, passwords) -> None:
+async def test_a_process_without_credentials_is_refused_with_a_bus_error(
+    auth_server: NatsServer, passwords: dict[str, str]
+) -> None:
     with pytest.raises(BusUnavailable, match=r"cannot connect to NATS .*: authorization violation"):
         async with Bus.connect(_settings(auth_server, passwords, None)):
             pass
 
 
-async def test_a_wrong_password_is_refused_without_leaking_it(auth_server, passwords) -> None:
+async def test_a_wrong_password_is_refused_without_leaking_it(
+    auth_server: NatsServer, passwords: dict[str, str]
+) -> None:
     bad = msgspec.structs.replace(_settings(auth_server, passwords, "listener"), password="not-the-password-42")
     with pytest.raises(BusUnavailable, match="authorization violation") as err:
         async with Bus.connect(bad):
@@ -137,7 +141,7 @@ async def test_a_wrong_password_is_refused_without_leaking_it(auth_server, passw
     ids=lambda v: v if isinstance(v, str) else type(v).__name__,
 )
 async def test_a_component_cannot_publish_on_another_components_subject(
-    auth_server, passwords, component: str, message: BusMessage
+    auth_server: NatsServer, passwords: dict[str, str], component: str, message: BusMessage
 ) -> None:
     async with Bus.connect(_settings(auth_server, passwords, component)) as bus:
         with pytest.raises(PublishFailed):
@@ -153,7 +157,7 @@ async def test_a_component_cannot_publish_on_another_components_subject(
     ids=lambda v: v if isinstance(v, str) else type(v).__name__,
 )
 async def test_a_component_publishes_on_its_own_subjects(
-    auth_server, passwords, component: str, message: BusMessage
+    auth_server: NatsServer, passwords: dict[str, str], component: str, message: BusMessage
 ) -> None:
     async with Bus.connect(_settings(auth_server, passwords, component, request_timeout=5)) as bus:
         ack = await bus.publish(message)
@@ -211,7 +215,9 @@ def test_a_password_and_a_password_file_are_one_too_many(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("component", ["listener", "runner-set"])
-async def test_a_component_cannot_delete_or_purge_the_desired_stream(auth_server, passwords, component: str) -> None:
+async def test_a_component_cannot_delete_or_purge_the_desired_stream(
+    auth_server: NatsServer, passwords: dict[str, str], component: str
+) -> None:
     """`$JS.API.>` minus what no runtime process does: deleting or purging a stream is refused."""
     import nats.js.errors
 
@@ -246,7 +252,7 @@ async def _consume_once(bus: Bus, consumer: subjects.ConsumerSpec, instance: str
 
 @pytest.mark.parametrize("component", ["listener", "runner-set", "scale-set", "runner", "listener-pod"])
 async def test_each_component_starts_and_does_its_work_with_only_its_permissions(
-    auth_server, passwords, component: str
+    auth_server: NatsServer, passwords: dict[str, str], component: str
 ) -> None:
     """On a fresh server each component creates what it uses at connect, and its consumers
     (shared and per replica), last-message reads, KV records and leases all work."""
@@ -280,7 +286,7 @@ async def _streams(bus: Bus) -> AsyncIterator[Any]:
 
 
 async def test_a_desired_state_flows_from_the_listener_to_the_runner_set_with_their_permissions(
-    auth_server, passwords
+    auth_server: NatsServer, passwords: dict[str, str]
 ) -> None:
     got: list[object] = []
     done = anyio.Event()
@@ -342,7 +348,9 @@ def _forbidden_calls() -> dict[str, tuple[str, Callable[[Bus], Awaitable[object]
 
 
 @pytest.mark.parametrize("case", list(_forbidden_calls()))
-async def test_a_jetstream_api_call_outside_a_components_use_is_refused(auth_server, passwords, case: str) -> None:
+async def test_a_jetstream_api_call_outside_a_components_use_is_refused(
+    auth_server: NatsServer, passwords: dict[str, str], case: str
+) -> None:
     # Everything exists (made by bus-setup) and the runner's durable too, so only permissions refuse.
     async with Bus.connect(_settings(auth_server, passwords, "bus-setup", request_timeout=5)):
         pass
@@ -367,7 +375,9 @@ async def test_a_jetstream_api_call_outside_a_components_use_is_refused(auth_ser
         assert [c.name for c in await admin.js.consumers_info(subjects.REVISIONS_STREAM.name)] == []
 
 
-async def test_bus_setup_and_status_work_as_the_bus_setup_user(auth_server, passwords, capsys) -> None:
+async def test_bus_setup_and_status_work_as_the_bus_setup_user(
+    auth_server: NatsServer, passwords: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
     """`runnerscale bus setup` / `status` with the narrowed bus-setup user: every stream and bucket,
     then streams, consumers and lease holders listed."""
     from shared.cli import main

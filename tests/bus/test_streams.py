@@ -4,13 +4,23 @@ import msgspec
 import nats
 import pytest
 
-from shared.bus import Bus, BusConfigConflict, BusUnavailable, LeaderLease, ShardOwnership, subjects
+from shared.bus import (
+    Bus,
+    BusConfigConflict,
+    BusSettings,
+    BusUnavailable,
+    Delivery,
+    LeaderLease,
+    ShardOwnership,
+    subjects,
+)
 from shared.bus.bus import consumer_config, stream_config
+from tests.fixtures.nats import NatsServer
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_setup_is_idempotent_and_creates_everything(bus_settings) -> None:
+async def test_setup_is_idempotent_and_creates_everything(bus_settings: BusSettings) -> None:
     async with Bus.connect(bus_settings):
         pass
     async with Bus.connect(bus_settings) as bus:  # second start-up: no error, no change
@@ -19,14 +29,16 @@ async def test_setup_is_idempotent_and_creates_everything(bus_settings) -> None:
             assert info.config.subjects == list(spec.subjects)
         desired = await bus.js.stream_info(subjects.DESIRED_STREAM.name)
         assert desired.config.max_msgs_per_subject == bus_settings.history
-        for spec in subjects.BUCKET_SPECS:
-            info = await bus.js.stream_info(f"KV_{spec.name}")
-            assert info.config.max_age == pytest.approx(bus_settings.lease_ttl if spec.lease else 0)
+        for bucket in subjects.BUCKET_SPECS:
+            info = await bus.js.stream_info(f"KV_{bucket.name}")
+            assert info.config.max_age == pytest.approx(bus_settings.lease_ttl if bucket.lease else 0)
             assert info.config.max_msgs_per_subject == 1
         assert subjects.SESSIONS_BUCKET in subjects.BUCKETS
 
 
-async def test_a_sessions_bucket_made_by_an_earlier_listener_is_accepted(bus_settings, nats_server) -> None:
+async def test_a_sessions_bucket_made_by_an_earlier_listener_is_accepted(
+    bus_settings: BusSettings, nats_server: NatsServer
+) -> None:
     """Listeners used to create the sessions bucket themselves (history 1, no TTL, default
     storage): the bus set-up accepts such a bucket and keeps its records."""
     nc = await nats.connect(nats_server.url)
@@ -44,7 +56,9 @@ async def test_a_sessions_bucket_made_by_an_earlier_listener_is_accepted(bus_set
         assert (await kv.get(subjects.listener_session_key(7))).value == b'{"sessionId": "s-1"}'
 
 
-async def test_a_sessions_bucket_with_a_ttl_is_a_startup_error(bus_settings, nats_server) -> None:
+async def test_a_sessions_bucket_with_a_ttl_is_a_startup_error(
+    bus_settings: BusSettings, nats_server: NatsServer
+) -> None:
     nc = await nats.connect(nats_server.url)
     try:
         await nc.jetstream().create_key_value(
@@ -57,7 +71,7 @@ async def test_a_sessions_bucket_with_a_ttl_is_a_startup_error(bus_settings, nat
             pass
 
 
-async def test_tunable_limits_are_updated_in_place(bus_settings) -> None:
+async def test_tunable_limits_are_updated_in_place(bus_settings: BusSettings) -> None:
     async with Bus.connect(bus_settings):
         pass
     deeper = msgspec.structs.replace(bus_settings, history=25)
@@ -66,7 +80,9 @@ async def test_tunable_limits_are_updated_in_place(bus_settings) -> None:
         assert info.config.max_msgs_per_subject == 25
 
 
-async def test_a_guest_connection_creates_missing_streams_but_never_retunes_existing_ones(bus_settings) -> None:
+async def test_a_guest_connection_creates_missing_streams_but_never_retunes_existing_ones(
+    bus_settings: BusSettings,
+) -> None:
     """The listener connects with tune_existing=False: its config lacks the cluster's sizing, so
     it must not flip the workers' stream settings back to defaults on every start."""
     workers = msgspec.structs.replace(bus_settings, history=25)
@@ -81,7 +97,9 @@ async def test_a_guest_connection_creates_missing_streams_but_never_retunes_exis
         assert info.config.subjects == list(subjects.JOBS_STREAM.subjects)
 
 
-async def test_a_stream_with_other_subjects_is_a_startup_error(bus_settings, nats_server) -> None:
+async def test_a_stream_with_other_subjects_is_a_startup_error(
+    bus_settings: BusSettings, nats_server: NatsServer
+) -> None:
     nc = await nats.connect(nats_server.url)
     try:
         js = nc.jetstream()
@@ -93,7 +111,9 @@ async def test_a_stream_with_other_subjects_is_a_startup_error(bus_settings, nat
             pass
 
 
-async def test_a_stream_with_other_retention_is_a_startup_error(bus_settings, nats_server) -> None:
+async def test_a_stream_with_other_retention_is_a_startup_error(
+    bus_settings: BusSettings, nats_server: NatsServer
+) -> None:
     nc = await nats.connect(nats_server.url)
     try:
         config = stream_config(subjects.JOBS_STREAM, bus_settings)
@@ -106,7 +126,7 @@ async def test_a_stream_with_other_retention_is_a_startup_error(bus_settings, na
             pass
 
 
-async def test_a_lease_bucket_with_another_ttl_is_a_startup_error(bus_settings) -> None:
+async def test_a_lease_bucket_with_another_ttl_is_a_startup_error(bus_settings: BusSettings) -> None:
     async with Bus.connect(bus_settings):
         pass
     longer = msgspec.structs.replace(bus_settings, lease_ttl=30.0, renew_interval=0)
@@ -115,7 +135,7 @@ async def test_a_lease_bucket_with_another_ttl_is_a_startup_error(bus_settings) 
             pass
 
 
-async def test_an_existing_consumer_with_other_filters_is_an_error(bus_settings) -> None:
+async def test_an_existing_consumer_with_other_filters_is_an_error(bus_settings: BusSettings) -> None:
     async with Bus.connect(bus_settings) as bus:
         await bus.js.add_consumer(
             subjects.DESIRED_STREAM.name,
@@ -123,14 +143,14 @@ async def test_an_existing_consumer_with_other_filters_is_an_error(bus_settings)
             filter_subject="runnerscale.desired.x.>",
         )
 
-        async def never(delivery) -> None:
+        async def never(delivery: Delivery) -> None:
             raise AssertionError("unreachable")
 
         with pytest.raises(BusConfigConflict, match="filter_subject"):
             await bus.consume(subjects.RUNNER_SET_DESIRED, never)
 
 
-async def test_unreachable_nats_is_a_clear_startup_error(bus_settings, nats_server) -> None:
+async def test_unreachable_nats_is_a_clear_startup_error(bus_settings: BusSettings, nats_server: NatsServer) -> None:
     nats_server.stop()
     unreachable = msgspec.structs.replace(bus_settings, connect_timeout=1.0)
     with pytest.raises(BusUnavailable, match="cannot connect to NATS"):
@@ -138,7 +158,7 @@ async def test_unreachable_nats_is_a_clear_startup_error(bus_settings, nats_serv
             pass
 
 
-async def test_an_error_inside_the_blocks_propagates_as_itself(bus_settings) -> None:
+async def test_an_error_inside_the_blocks_propagates_as_itself(bus_settings: BusSettings) -> None:
     class Boom(Exception):
         pass
 
@@ -150,14 +170,14 @@ async def test_an_error_inside_the_blocks_propagates_as_itself(bus_settings) -> 
             raise Boom
 
 
-async def test_clustered_replicas_on_a_single_server_are_refused_clearly(bus_settings) -> None:
+async def test_clustered_replicas_on_a_single_server_are_refused_clearly(bus_settings: BusSettings) -> None:
     three = msgspec.structs.replace(bus_settings, stream_replicas=3)
     with pytest.raises(BusConfigConflict, match=r"(?i)replica"):
         async with Bus.connect(three):
             pass
 
 
-async def test_a_consumer_with_new_redelivery_bounds_is_updated_in_place(bus_settings) -> None:
+async def test_a_consumer_with_new_redelivery_bounds_is_updated_in_place(bus_settings: BusSettings) -> None:
     RUNNER_SET_DESIRED = subjects.RUNNER_SET_DESIRED
     async with Bus.connect(bus_settings) as bus:
         old = msgspec.structs.replace(RUNNER_SET_DESIRED, max_deliver=3, ack_wait_seconds=10.0)

@@ -34,12 +34,12 @@ def _serve(tmp_path: Path, args: list[str]) -> Iterator[SecureNatsServer]:
 
 
 @pytest.fixture
-def tls_server(tmp_path, tls_files) -> Iterator[SecureNatsServer]:
+def tls_server(tmp_path: Path, tls_files: TlsFiles) -> Iterator[SecureNatsServer]:
     yield from _serve(tmp_path, tls_args(tls_files))
 
 
 @pytest.fixture
-def mtls_server(tmp_path, tls_files) -> Iterator[SecureNatsServer]:
+def mtls_server(tmp_path: Path, tls_files: TlsFiles) -> Iterator[SecureNatsServer]:
     yield from _serve(tmp_path, tls_args(tls_files, verify_clients=True))
 
 
@@ -61,7 +61,7 @@ async def _round_trip(bus: Bus) -> None:
     assert isinstance(got, DesiredState) and (got.patch_id, got.replicas) == (5, 2)
 
 
-async def test_server_tls_with_the_ca_from_the_settings(tls_server, tls_files) -> None:
+async def test_server_tls_with_the_ca_from_the_settings(tls_server: SecureNatsServer, tls_files: TlsFiles) -> None:
     # From the environment, as a worker reads it (RUNNERSCALE_NATS_TLS_CA).
     settings = load_settings(
         None,
@@ -76,7 +76,7 @@ async def test_server_tls_with_the_ca_from_the_settings(tls_server, tls_files) -
         await _round_trip(bus)
 
 
-async def test_a_nats_url_with_a_ca_still_upgrades_to_tls(tls_server, tls_files) -> None:
+async def test_a_nats_url_with_a_ca_still_upgrades_to_tls(tls_server: SecureNatsServer, tls_files: TlsFiles) -> None:
     """``nats://`` plus a CA: the client follows the server's TLS requirement and verifies it."""
     url = tls_server.url.replace("tls://", "nats://")
     async with Bus.connect(_settings(url, tls_ca=str(tls_files.ca))) as bus:
@@ -84,7 +84,9 @@ async def test_a_nats_url_with_a_ca_still_upgrades_to_tls(tls_server, tls_files)
 
 
 @pytest.mark.parametrize("trust", ["system roots", "another CA"])
-async def test_an_untrusted_server_certificate_is_a_clear_error(tls_server, tls_files, trust) -> None:
+async def test_an_untrusted_server_certificate_is_a_clear_error(
+    tls_server: SecureNatsServer, tls_files: TlsFiles, trust: str
+) -> None:
     ca = "" if trust == "system roots" else str(tls_files.other_ca)
     with pytest.raises(BusUnavailable) as err:
         async with Bus.connect(_settings(tls_server.url, tls_ca=ca)):
@@ -95,7 +97,7 @@ async def test_an_untrusted_server_certificate_is_a_clear_error(tls_server, tls_
     assert "\n" not in text
 
 
-async def test_mutual_tls_with_the_client_certificate(mtls_server, tls_files) -> None:
+async def test_mutual_tls_with_the_client_certificate(mtls_server: SecureNatsServer, tls_files: TlsFiles) -> None:
     settings = _settings(
         mtls_server.url,
         tls_ca=str(tls_files.ca),
@@ -106,7 +108,9 @@ async def test_mutual_tls_with_the_client_certificate(mtls_server, tls_files) ->
         await _round_trip(bus)
 
 
-async def test_mutual_tls_without_a_client_certificate_is_refused(mtls_server, tls_files) -> None:
+async def test_mutual_tls_without_a_client_certificate_is_refused(
+    mtls_server: SecureNatsServer, tls_files: TlsFiles
+) -> None:
     with pytest.raises(BusUnavailable, match="cannot connect to NATS"):
         async with Bus.connect(_settings(mtls_server.url, tls_ca=str(tls_files.ca))):
             pass

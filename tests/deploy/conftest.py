@@ -44,15 +44,18 @@ class Doc:
 
     @property
     def kind(self) -> str:
-        return self.obj.get("kind", "")
+        kind: str = self.obj.get("kind", "")
+        return kind
 
     @property
     def name(self) -> str:
-        return self.obj.get("metadata", {}).get("name", "")
+        name: str = self.obj.get("metadata", {}).get("name", "")
+        return name
 
     @property
     def namespace(self) -> str:
-        return self.obj.get("metadata", {}).get("namespace", "")
+        namespace: str = self.obj.get("metadata", {}).get("namespace", "")
+        return namespace
 
     def __repr__(self) -> str:
         return f"{self.path.relative_to(ROOT)}[{self.index}] {self.kind}/{self.name}"

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -126,5 +127,6 @@ def leaf_paths(value: object, prefix: str = "") -> set[str]:
     return {prefix.rstrip(".")}
 
 
-def default_values() -> dict:
-    return yaml.safe_load((CHART / "values.yaml").read_text())
+def default_values() -> dict[str, Any]:
+    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return values

@@ -32,7 +32,8 @@ REQUIRED = {
 
 
 def rule_spec() -> dict[str, Any]:
-    return find(load_docs(MONITORING), "PrometheusRule", "runnerscale").obj["spec"]
+    spec: dict[str, Any] = find(load_docs(MONITORING), "PrometheusRule", "runnerscale").obj["spec"]
+    return spec
 
 
 def alerts() -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ only ``anyio.run`` (the start of the event loop) is replaced to capture what it 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -67,13 +68,16 @@ def container_env(
     return env
 
 
-def _main(worker: str):
+def _main(worker: str) -> Callable[[list[str]], int]:
     module, _, func = MAINS[worker].partition(":")
-    return getattr(__import__(module, fromlist=[func]), func)
+    main: Callable[[list[str]], int] = getattr(__import__(module, fromlist=[func]), func)
+    return main
 
 
 @pytest.mark.parametrize("worker", WORKERS)
-def test_worker_accepts_its_deployment(worker: str, captured, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_worker_accepts_its_deployment(
+    worker: str, captured: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     container = deployment_of(worker)["spec"]["template"]["spec"]["containers"][0]
     pod_name = f"runnerscale-{worker}-7d9f8c6b5-x2k4q"
     for name, value in container_env(container, pod_name).items():
@@ -99,14 +103,16 @@ def test_worker_accepts_its_deployment(worker: str, captured, monkeypatch: pytes
     assert settings.bus.lease_ttl == float(bus_env["RUNNERSCALE_BUS_LEASE_TTL"])
 
 
-def test_flags_are_checked(captured) -> None:
+def test_flags_are_checked(captured: list[tuple[Any, ...]]) -> None:
     """The harness above would notice a flag a worker does not have."""
     with pytest.raises(SystemExit) as exc:
         _main("runner")(["--no-such-flag"])
     assert exc.value.code == 2 and captured == []
 
 
-def test_listener_pod_passes_the_bus_to_listener_pods(captured, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_listener_pod_passes_the_bus_to_listener_pods(
+    captured: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Listener pods (runnerscale-system) get the worker's NATS URL and user through their config."""
     from services.listener_pod import build
 
@@ -120,7 +126,7 @@ def test_listener_pod_passes_the_bus_to_listener_pods(captured, monkeypatch: pyt
     assert (passthrough.user, passthrough.password) == ("listener-pod", NATS_AUTH_PASSWORDS["listener-pod"])
 
 
-def test_bus_setup_job_accepts_its_settings(captured, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bus_setup_job_accepts_its_settings(captured: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch) -> None:
     from shared.bus.cli import main as bus_main
 
     job = find(load_docs(NATS), "Job", "runnerscale-bus-setup").obj
@@ -135,7 +141,9 @@ def test_bus_setup_job_accepts_its_settings(captured, monkeypatch: pytest.Monkey
     assert (settings.user, settings.password) == ("bus-setup", NATS_AUTH_PASSWORDS["bus-setup"])
 
 
-def test_listener_pods_agree_with_the_workers_on_streams_and_leases(captured, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_listener_pods_agree_with_the_workers_on_streams_and_leases(
+    captured: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Listener pods only get what the listener-pod worker writes into their config (URL, auth,
     timeouts, lease TTL; their environment has no RUNNERSCALE_* variables). They must agree with
     the workers on where NATS is, how to authenticate and the lease TTL (the lease bucket refuses

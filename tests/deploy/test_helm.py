@@ -679,7 +679,13 @@ def _materialise_mounts(pod: dict[str, Any], container: dict[str, Any], tmp_path
 @pytest.mark.parametrize("worker", WORKERS)
 @pytest.mark.parametrize("case", ["default", "maximal", "bundled-custom"])
 def test_workers_accept_the_rendered_pods(
-    helm: Path, case: str, worker: str, captured, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
+    helm: Path,
+    case: str,
+    worker: str,
+    captured: list[tuple[Any, ...]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Each worker's real main() with its rendered args and the environment Kubernetes would build
     (only anyio.run is replaced): the chart's flags and settings exist and are valid, and end up
@@ -722,7 +728,9 @@ def test_workers_accept_the_rendered_pods(
         assert settings.namespaces == () and settings.bus.token
 
 
-def test_bus_setup_job_accepts_its_settings(helm: Path, captured, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bus_setup_job_accepts_its_settings(
+    helm: Path, captured: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from shared.bus.cli import main as bus_main
 
     docs = render(helm, "default")

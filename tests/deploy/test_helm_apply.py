@@ -97,7 +97,8 @@ def _stored(kubeconfig: Path, doc: dict[str, Any]) -> dict[str, Any]:
         args += ["-n", doc["metadata"]["namespace"]]
     got = kubectl(*args, kubeconfig=kubeconfig)
     assert got.returncode == 0, got.stderr
-    return json.loads(got.stdout)
+    obj: dict[str, Any] = json.loads(got.stdout)
+    return obj
 
 
 @pytest.mark.parametrize("variant", ["default", "maximal"])

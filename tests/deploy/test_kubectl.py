@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,6 +19,8 @@ from tests.deploy.conftest import (
     MONITORING,
     NATS,
     Doc,
+    Emulator,
+    Stub,
     kubectl,
     load_docs,
     yaml_files,
@@ -40,7 +43,7 @@ def _names(docs: list[Doc]) -> list[str]:
 
 
 @pytest.mark.parametrize("directory", [MANIFESTS, NATS, MONITORING], ids=lambda p: str(p.relative_to(DEPLOY)))
-def test_apply_dry_run_client(directory, discovery_stub) -> None:
+def test_apply_dry_run_client(directory: Path, discovery_stub: Stub) -> None:
     """Client-side dry run: kubectl maps every kind through discovery (stub), fetches each object
     (absent) and reports what it would create; nothing is sent. Schema validation of built-in
     kinds is done offline by test_manifests.py (the stub serves no OpenAPI)."""
@@ -60,7 +63,7 @@ def test_apply_dry_run_client(directory, discovery_stub) -> None:
 
 
 @pytest.mark.parametrize("directory", [MANIFESTS, NATS, MONITORING], ids=lambda p: str(p.relative_to(DEPLOY)))
-def test_kustomization_builds_every_file(directory, tmp_path) -> None:
+def test_kustomization_builds_every_file(directory: Path, tmp_path: Path) -> None:
     """`kubectl apply -k DIR` renders the same objects as `kubectl apply -f DIR` (no file forgotten
     in the Kustomization, none listed twice)."""
     kustomization = yaml.safe_load((directory / "Kustomization").read_text())
@@ -71,7 +74,7 @@ def test_kustomization_builds_every_file(directory, tmp_path) -> None:
     assert built == sorted((d.kind, d.name) for d in load_docs(directory))
 
 
-def test_examples_apply_to_the_emulator(emulator) -> None:
+def test_examples_apply_to_the_emulator(emulator: Emulator) -> None:
     """An ARC user's AutoscalingRunnerSets and GitHub Secrets apply unchanged to the CRDs of
     deploy/crds, without a warning (no unknown field pruned) and read back identical."""
     result = kubectl("apply", "-f", str(EXAMPLES), kubeconfig=emulator.kubeconfig)

@@ -216,12 +216,12 @@ def test_selectors_match() -> None:
                 for w in workloads
             ), doc
     metrics = find(docs, "Service", "runnerscale-metrics").obj
-    selected = {
+    selected_names = {
         w.name
         for w in workloads
         if _matches(metrics["spec"]["selector"], w.obj["spec"]["template"]["metadata"]["labels"])
     }
-    assert selected == {f"runnerscale-{w}" for w in WORKERS}
+    assert selected_names == {f"runnerscale-{w}" for w in WORKERS}
     monitor = find(load_docs(MONITORING), "ServiceMonitor", "runnerscale-workers").obj
     assert _matches(monitor["spec"]["selector"]["matchLabels"], metrics["metadata"]["labels"])
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in metrics["spec"]["ports"]}

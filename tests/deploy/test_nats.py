@@ -26,7 +26,8 @@ SERVER_ENV = {permissions.password_env_var(c): pw for c, pw in NATS_AUTH_PASSWOR
 
 
 def nats_conf() -> str:
-    return find(load_docs(NATS), "ConfigMap", "nats-config").obj["data"]["nats.conf"]
+    conf: str = find(load_docs(NATS), "ConfigMap", "nats-config").obj["data"]["nats.conf"]
+    return conf
 
 
 def test_config_is_valid_for_nats_server(tmp_path: Path) -> None:
@@ -75,7 +76,7 @@ def _local_conf(i: int, ports: list[tuple[int, int, int]], tmp: Path) -> str:
     return text
 
 
-def _wait_port(port: int, proc: subprocess.Popen, deadline: float) -> None:
+def _wait_port(port: int, proc: subprocess.Popen[bytes], deadline: float) -> None:
     while True:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -114,7 +115,7 @@ class _ServerExited(RuntimeError):
 def _started_cluster(tmp_path: Path) -> Iterator[list[str]]:
     tmp_path.mkdir()
     ports = [(_free_port(), _free_port(), _free_port()) for _ in range(3)]
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     try:
         for i in range(3):
             conf = tmp_path / f"nats-{i}.conf"

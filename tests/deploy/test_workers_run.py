@@ -14,13 +14,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from shared.bus import permissions
-from tests.deploy.conftest import NATS_AUTH_PASSWORDS, RUNNERSCALE, WORKERS, deployment_of
+from tests.deploy.conftest import NATS_AUTH_PASSWORDS, RUNNERSCALE, WORKERS, Emulator, deployment_of, nats_auth_doc
 from tests.deploy.exported_metrics import PROCESS_COLLECTORS, exported_series
-from tests.deploy.test_flags import container_env, nats_auth_doc, secret_data
+from tests.deploy.test_flags import container_env, secret_data
 from tests.fixtures.nats import NatsServer, _free_port
 
 pytestmark = pytest.mark.slow
@@ -56,7 +57,7 @@ def _get(url: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("worker", WORKERS)
-def test_worker_runs_as_deployed(worker: str, emulator, nats_url: str, tmp_path) -> None:
+def test_worker_runs_as_deployed(worker: str, emulator: Emulator, nats_url: str, tmp_path: Path) -> None:
     pod = deployment_of(worker)["spec"]["template"]["spec"]
     container = pod["containers"][0]
     env = container_env(container, f"runnerscale-{worker}-5c8d7f9b6-q7w2e")

@@ -20,8 +20,8 @@ def test_bench_e2e_quick() -> None:
     assert rows["anything else, per minute"] == "0", table.render()
     # One member Lease write per worker per renew period (10 s): 4 in the 10 s window, at most 8
     # when windows and periods align (README "Shard ownership leases"); per-shard Leases made 1,223.
-    assert float(rows["runnerscale liveness (its Lease writes), per minute"]) <= 48, table.render()
-    assert float(rows["controller API writes per runner life (3 jobs)"]) > 0
+    assert float(str(rows["runnerscale liveness (its Lease writes), per minute"])) <= 48, table.render()
+    assert float(str(rows["controller API writes per runner life (3 jobs)"])) > 0
     top = [str(row[0]) for row in table.rows if not str(row[0]).startswith(" ")]
     latency = [k for k in top if k.startswith(("job queued", "job finished", "per-runner overhead"))]
     assert len(latency) == 3, table.render()
@@ -29,4 +29,4 @@ def test_bench_e2e_quick() -> None:
         assert "(n=" in str(rows[key]), (key, table.render())
     for worker in ("scale-set", "listener-pod", "runner-set", "runner"):
         assert "?" not in str(rows[worker]) and "≈" in str(rows[worker]), table.render()
-    assert rows["largest fleet reached"].startswith("100 "), table.render()
+    assert str(rows["largest fleet reached"]).startswith("100 "), table.render()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.apiserver import KubeApi
+
 pytestmark = pytest.mark.slow
 
 
@@ -30,7 +32,7 @@ def _run_demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path, kube_api):
+def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path: Path, kube_api: KubeApi) -> None:
     target: list[str] = []
     if not kube_api.is_emulator:
         suffix = secrets.token_hex(3)
@@ -75,7 +77,7 @@ def test_demo_scales_up_for_jobs_and_back_down_to_min_runners(tmp_path, kube_api
         assert "ok: cleaned up the cluster" in out
 
 
-def test_demo_rejects_bad_arguments_without_starting_anything(tmp_path):
+def test_demo_rejects_bad_arguments_without_starting_anything(tmp_path: Path) -> None:
     done = _run_demo(tmp_path, "--waves", "x")
     assert done.returncode == 2
     assert "--waves" in done.stderr

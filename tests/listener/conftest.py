@@ -13,19 +13,22 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import msgspec
 import nats
 import pytest
+from nats.aio.msg import Msg
 
 from services.listener.service import Listener
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus import Bus
 from shared.bus import messages as busmsg
 from shared.listener_config import ListenerConfig, bus_settings, parse_config
-from tests.scenario.conftest import github_secret, kube, worker_settings  # noqa: F401 - scenario fixtures, shared here
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.nats import NatsServer
+from tests.scenario.conftest import Kube, github_secret, kube, worker_settings  # noqa: F401 - scenario fixtures, shared here
 from tests.support.eventually import eventually
 
 SCALE_SET_NAME = "arc-runners"
@@ -39,14 +42,14 @@ class ScaleSet:
 
 
 @pytest.fixture
-async def scale_set(actions_sim) -> ScaleSet:
+async def scale_set(actions_sim: ActionsSim) -> ScaleSet:
     async with ActionsClient.from_config(actions_sim.config_url(), PersonalAccessToken(actions_sim.pat)) as client:
         created = await client.create_scale_set(SCALE_SET_NAME)
     return ScaleSet(id=created.id, name=created.name)
 
 
 @pytest.fixture
-def make_config(actions_sim, nats_server, scale_set) -> Callable[..., ListenerConfig]:
+def make_config(actions_sim: ActionsSim, nats_server: NatsServer, scale_set: ScaleSet) -> Callable[..., ListenerConfig]:
     def build(**overrides: Any) -> ListenerConfig:
         doc: dict[str, Any] = {
             "configure_url": actions_sim.config_url(),
@@ -99,7 +102,7 @@ class BusTap:
 
 
 @pytest.fixture
-async def bus_tap(nats_server, make_config) -> AsyncIterator[BusTap]:
+async def bus_tap(nats_server: NatsServer, make_config: Callable[..., ListenerConfig]) -> AsyncIterator[BusTap]:
     """Creates the streams (as the listener would) and records everything published on them."""
     tap = BusTap()
     async with Bus.connect(bus_settings(make_config(), environ={}), name="test-tap"):
@@ -107,12 +110,15 @@ async def bus_tap(nats_server, make_config) -> AsyncIterator[BusTap]:
     nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     js = nc.jetstream()
 
-    async def on_desired(msg: Any) -> None:
-        tap.desired.append(busmsg.decode(msg.subject, msg.data))
+    async def on_desired(msg: Msg) -> None:
+        tap.desired.append(cast(busmsg.DesiredState, busmsg.decode(msg.subject, msg.data)))  # the desired stream
 
-    async def on_job(msg: Any) -> None:
+    async def on_job(msg: Msg) -> None:
         decoded = busmsg.decode(msg.subject, msg.data)
-        (tap.started if isinstance(decoded, busmsg.JobStarted) else tap.completed).append(decoded)
+        if isinstance(decoded, busmsg.JobStarted):
+            tap.started.append(decoded)
+        else:
+            tap.completed.append(cast(busmsg.JobCompleted, decoded))  # the jobs stream
 
     subs = [
         await js.subscribe("runnerscale.desired.>", cb=on_desired, ordered_consumer=True),

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import aiohttp
 import anyio
@@ -17,7 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.embedded.actions_sim.runner_agent import run_runner
 from shared.actions import ActionsClient, PersonalAccessToken
-from tests.listener.conftest import NAMESPACE, start_listener, wait_until
+from shared.listener_config import ListenerConfig
+from tests.fixtures.actions_sim import ActionsSim
+from tests.listener.conftest import NAMESPACE, BusTap, ScaleSet, start_listener, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -56,14 +60,16 @@ async def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
     }
 
 
-def value(samples: dict, metric: str, /, **labels: str) -> float | None:
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: str, /, **labels: str) -> float | None:
     return samples.get((metric, tuple(sorted(labels.items()))))
 
 
-async def test_metrics_match_the_simulator(actions_sim, scale_set, make_config, bus_tap):
+async def test_metrics_match_the_simulator(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     # The listener itself must turn the _created series off (prometheus_client exports them by
     # default, and an earlier test of this process may have changed the global switch).
-    prometheus_client.metrics.enable_created_metrics()
+    prometheus_client.metrics.enable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
     cfg = make_config(min_runners=1, max_runners=5)
     scale_set_labels = {
         "name": scale_set.name,
@@ -85,7 +91,7 @@ async def test_metrics_match_the_simulator(actions_sim, scale_set, make_config, 
         )
         tg.start_soon(run_runner, None, slow.encoded_jit_config)
 
-        async def settled() -> dict | None:
+        async def settled() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
             stats = (await actions_sim.control.scale_sets())[0].statistics
             samples = await scrape(port)
             if stats.total_running_jobs != 1:
@@ -143,8 +149,12 @@ async def test_metrics_match_the_simulator(actions_sim, scale_set, make_config, 
     ],
 )
 async def test_listen_addresses_free_ports_and_disabled_servers(
-    make_config, bus_tap, metrics_addr, health_addr, served
-):
+    make_config: Callable[..., ListenerConfig],
+    bus_tap: BusTap,
+    metrics_addr: str,
+    health_addr: str,
+    served: dict[str, set[str]],
+) -> None:
     """Several listeners on one host (the embedded default): port 0 picks a free port per
     listener, and "0" or empty turns a server off."""
     cfg = make_config(metrics_addr=metrics_addr, health_addr=health_addr)
@@ -164,7 +174,13 @@ async def test_listen_addresses_free_ports_and_disabled_servers(
         tg.cancel_scope.cancel()
 
 
-async def test_cli_runs_and_sigterm_deletes_the_session(actions_sim, scale_set, make_config, bus_tap, tmp_path):
+async def test_cli_runs_and_sigterm_deletes_the_session(
+    actions_sim: ActionsSim,
+    scale_set: ScaleSet,
+    make_config: Callable[..., ListenerConfig],
+    bus_tap: BusTap,
+    tmp_path: Path,
+) -> None:
     cfg = make_config(min_runners=2, max_runners=4)
     import msgspec
 
@@ -184,6 +200,7 @@ async def test_cli_runs_and_sigterm_deletes_the_session(actions_sim, scale_set, 
         assert [s.owner_name for s in sessions] == ["listener-pod-0"]
         proc.send_signal(signal.SIGTERM)
         await anyio.to_thread.run_sync(lambda: proc.wait(timeout=20))
+        assert proc.stderr is not None
         stderr = proc.stderr.read().decode()
         assert proc.returncode == 0, stderr
         assert await actions_sim.control.sessions() == []

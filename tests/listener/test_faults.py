@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import anyio
 import msgspec
 import pytest
 
+from services.embedded.actions_sim.views import RequestRecord
 from services.embedded.actions_sim.wire import Statistics
 from services.listener.health import HealthState
 from services.listener.loop import Identity, SessionLoop
 from services.listener.metrics import ListenerMetrics
+from services.listener.service import Listener
 from shared.actions import ActionsClient, MessageSessionClient, PersonalAccessToken
-from tests.listener.conftest import start_listener, wait_until
+from shared.bus import messages as busmsg
+from shared.listener_config import ListenerConfig
+from tests.fixtures.actions_sim import ActionsSim
+from tests.listener.conftest import BusTap, ScaleSet, start_listener, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -26,11 +33,13 @@ CONFLICT_BODY = msgspec.json.encode(
 ).decode()
 
 
-def endpoint_calls(requests, endpoint: str, status: int | None = None) -> int:
+def endpoint_calls(requests: list[RequestRecord], endpoint: str, status: int | None = None) -> int:
     return sum(1 for r in requests if r.endpoint == endpoint and (status is None or r.status == status))
 
 
-async def test_queue_token_401_mid_poll_refreshes_and_keeps_the_session(actions_sim, scale_set, make_config, bus_tap):
+async def test_queue_token_401_mid_poll_refreshes_and_keeps_the_session(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     async with anyio.create_task_group() as tg:
         listener = await start_listener(tg, make_config(min_runners=1), "listener-0")
         await bus_tap.wait_for(lambda t: t.desired)
@@ -45,7 +54,9 @@ async def test_queue_token_401_mid_poll_refreshes_and_keeps_the_session(actions_
         tg.cancel_scope.cancel()
 
 
-async def test_repeated_401_recreates_the_session(actions_sim, scale_set, make_config, bus_tap):
+async def test_repeated_401_recreates_the_session(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     async with anyio.create_task_group() as tg:
         listener = await start_listener(tg, make_config(min_runners=0), "listener-0")
         await bus_tap.wait_for(lambda t: t.desired)
@@ -62,7 +73,9 @@ async def test_repeated_401_recreates_the_session(actions_sim, scale_set, make_c
         tg.cancel_scope.cancel()
 
 
-async def test_409_on_create_is_waited_out_with_backoff(actions_sim, scale_set, make_config, bus_tap):
+async def test_409_on_create_is_waited_out_with_backoff(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     await actions_sim.control.set_fault("create_session", status=409, count=3, body=CONFLICT_BODY)
     async with anyio.create_task_group() as tg:
         listener = await start_listener(tg, make_config(min_runners=2), "listener-0")
@@ -83,7 +96,9 @@ async def test_409_on_create_is_waited_out_with_backoff(actions_sim, scale_set, 
         tg.cancel_scope.cancel()
 
 
-async def test_stale_session_after_a_crash_is_taken_over(actions_sim, scale_set, make_config, bus_tap):
+async def test_stale_session_after_a_crash_is_taken_over(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     cfg = make_config(min_runners=0)
     await actions_sim.control.enqueue_jobs(count=2, labels=[scale_set.name])
     async with anyio.create_task_group() as tg:
@@ -105,7 +120,9 @@ async def test_stale_session_after_a_crash_is_taken_over(actions_sim, scale_set,
         tg.cancel_scope.cancel()
 
 
-async def test_server_errors_and_dropped_connections_are_retried(actions_sim, scale_set, make_config, bus_tap):
+async def test_server_errors_and_dropped_connections_are_retried(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     async with anyio.create_task_group() as tg:
         listener = await start_listener(tg, make_config(min_runners=0), "listener-0")
         await bus_tap.wait_for(lambda t: t.desired)
@@ -128,7 +145,9 @@ async def test_server_errors_and_dropped_connections_are_retried(actions_sim, sc
         tg.cancel_scope.cancel()
 
 
-async def test_duplicate_deliveries_and_events_are_harmless(actions_sim, scale_set, make_config, bus_tap):
+async def test_duplicate_deliveries_and_events_are_harmless(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     from services.embedded.actions_sim.runner_agent import run_runner
 
     async with anyio.create_task_group() as tg:
@@ -153,7 +172,9 @@ async def test_duplicate_deliveries_and_events_are_harmless(actions_sim, scale_s
         tg.cancel_scope.cancel()
 
 
-async def test_out_of_order_message_does_not_move_desired_state_back(actions_sim, scale_set, make_config):
+async def test_out_of_order_message_does_not_move_desired_state_back(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig]
+) -> None:
     """An older message handled after a newer one: its events count, its statistics do not."""
     cfg = make_config(min_runners=0, max_runners=10)
     older = await actions_sim.control.inject_message(
@@ -162,16 +183,18 @@ async def test_out_of_order_message_does_not_move_desired_state_back(actions_sim
     newer = await actions_sim.control.inject_message(
         scale_set.id, body="", statistics=Statistics(total_assigned_jobs=4)
     )
-    published: list = []
+    published: list[busmsg.DesiredState] = []
 
-    async def publish(messages) -> None:
-        published.extend(messages)
+    async def publish(messages: Sequence[busmsg.BusMessage]) -> None:
+        published.extend(cast(Sequence[busmsg.DesiredState], messages))  # no job events in these messages
 
     async with ActionsClient.from_config(actions_sim.config_url(), PersonalAccessToken(actions_sim.pat)) as client:
         session = await client.create_message_session(scale_set.id, "listener-test")
         async with MessageSessionClient(client, scale_set.id, session) as session_client:
             first = await session_client.get_message(0, cfg.max_runners)
+            assert first is not None
             second = await session_client.get_message(first.message_id, cfg.max_runners)
+            assert second is not None
             assert (first.message_id, second.message_id) == (older, newer)
             loop = SessionLoop(
                 ident=Identity.from_config(cfg), session_client=session_client, publish=publish,
@@ -183,7 +206,9 @@ async def test_out_of_order_message_does_not_move_desired_state_back(actions_sim
     assert all(m.acked for m in await actions_sim.control.messages(scale_set.id))
 
 
-async def test_deleted_scale_set_makes_the_listener_give_up(actions_sim, scale_set, make_config, bus_tap):
+async def test_deleted_scale_set_makes_the_listener_give_up(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     from services.listener.__main__ import _root_cause
     from services.listener.service import Listener, ListenerGaveUp
 
@@ -199,7 +224,7 @@ async def test_deleted_scale_set_makes_the_listener_give_up(actions_sim, scale_s
     assert f"scale set {scale_set.id} no longer exists" in str(cause)
 
 
-def _rejected(listener, scale_set, actions_sim, reason: str) -> float | None:
+def _rejected(listener: Listener, scale_set: ScaleSet, actions_sim: ActionsSim, reason: str) -> float | None:
     return listener.metrics.registry.get_sample_value(
         "runnerscale_listener_rejected_messages_total",
         {"name": scale_set.name, "namespace": "arc-systems", "repository": "", "organization": actions_sim.org,
@@ -208,8 +233,12 @@ def _rejected(listener, scale_set, actions_sim, reason: str) -> float | None:
 
 
 async def test_undecodable_messages_are_rejected_acknowledged_and_later_messages_flow(
-    actions_sim, scale_set, make_config, bus_tap, caplog
-):
+    actions_sim: ActionsSim,
+    scale_set: ScaleSet,
+    make_config: Callable[..., ListenerConfig],
+    bus_tap: BusTap,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A garbled body or an unknown message type is logged, counted and acknowledged: the queue
     moves on, the desired state stays on the last good statistics, and the session is kept."""
     caplog.set_level(logging.INFO)
@@ -265,8 +294,8 @@ async def test_undecodable_messages_are_rejected_acknowledged_and_later_messages
 
 
 async def test_message_without_a_usable_envelope_is_counted_and_the_listener_recovers(
-    actions_sim, scale_set, make_config, bus_tap
-):
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     """No message id to acknowledge: counted as malformed_envelope, the session is re-created, and
     the next messages flow (the service's own copy of the message, if any, is redelivered)."""
     async with anyio.create_task_group() as tg:

@@ -11,6 +11,9 @@ EphemeralRunners opened before the first one exists, so none is missed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import anyio
 import pytest
 from msgspec.structs import replace
@@ -19,10 +22,13 @@ from services.runner.decide import RunnerSettings
 from services.runner.worker import WORKER as RUNNER_WORKER
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.worker import WORKER as RUNNER_SET_WORKER
-from shared.worker import running_worker
-from tests.listener.conftest import start_listener
+from shared.listener_config import ListenerConfig
+from shared.worker import WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
+from tests.listener.conftest import ScaleSet, start_listener
 from tests.listener.test_ha_runner_set import RunnerCensus, watch_runners
-from tests.scenario.conftest import wait_for
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.runner_set_helpers import create_ers, runners
 from tests.scenario.test_runner_node_sim import node_sim
 
@@ -36,16 +42,16 @@ ACK_DELAY = 0.3
 
 
 async def test_short_waves_create_one_runner_per_job(
-    actions_sim,
-    scale_set,
-    make_config,
-    kube,
-    kube_api,
-    namespace,
-    github_secret,
-    worker_settings,
-    tmp_path,
-):
+    actions_sim: ActionsSim,
+    scale_set: ScaleSet,
+    make_config: Callable[..., ListenerConfig],
+    kube: Kube,
+    kube_api: KubeApi,
+    namespace: str,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+    tmp_path: Path,
+) -> None:
     # The listener acknowledges a message only after publishing its effects; holding every
     # acknowledgement a little keeps each partial desired state (one completion accounted, the
     # others not yet) the level while the finished runners leave — the window of issue #14.

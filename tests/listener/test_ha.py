@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import anyio
 import nats
@@ -12,7 +13,10 @@ from services.embedded.actions_sim.runner_agent import run_runner
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus import messages as busmsg
 from shared.bus import subjects
-from tests.listener.conftest import NAMESPACE, start_listener, wait_until
+from shared.listener_config import ListenerConfig
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.nats import NatsServer
+from tests.listener.conftest import NAMESPACE, BusTap, ScaleSet, start_listener, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -27,12 +31,15 @@ async def last_message(nats_url: str, subject: str) -> busmsg.BusMessage | None:
             raw = await js.get_last_msg(stream.name, subject)
         except nats.js.errors.NotFoundError:
             return None
+        assert raw.data is not None
         return busmsg.decode(subject, raw.data)
     finally:
         await nc.close()
 
 
-async def test_standby_takes_over_within_the_lease_bound(actions_sim, scale_set, make_config, bus_tap):
+async def test_standby_takes_over_within_the_lease_bound(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     cfg = make_config(min_runners=1, max_runners=5)
     await actions_sim.control.enqueue_jobs(count=2, labels=[scale_set.name])
     async with anyio.create_task_group() as tg:
@@ -57,6 +64,7 @@ async def test_standby_takes_over_within_the_lease_bound(actions_sim, scale_set,
         first = took_over[0]
         # The same level under a higher epoch, authoritative: no duplicate runner is asked for.
         assert (first.replicas, first.patch_id) == (3, 0)
+        assert standby.epoch is not None and leader.epoch is not None
         assert first.listener_epoch == standby.epoch > leader.epoch
         sessions = await actions_sim.control.sessions()
         assert [(s.session_id, s.owner_name) for s in sessions] == [(standby.session_id, "listener-b")]
@@ -64,7 +72,9 @@ async def test_standby_takes_over_within_the_lease_bound(actions_sim, scale_set,
         tg.cancel_scope.cancel()
 
 
-async def test_killed_between_receiving_and_publishing_loses_nothing(actions_sim, scale_set, make_config, nats_server):
+async def test_killed_between_receiving_and_publishing_loses_nothing(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], nats_server: NatsServer
+) -> None:
     # A lease long enough that the leader is still leading (retrying its publish) when killed.
     cfg = make_config(min_runners=1, max_runners=5, ha={"lease_ttl_seconds": 6, "renew_interval_seconds": 0.5})
     async with ActionsClient.from_config(actions_sim.config_url(), PersonalAccessToken(actions_sim.pat)) as client:
@@ -103,15 +113,17 @@ async def test_killed_between_receiving_and_publishing_loses_nothing(actions_sim
 
 async def desired_replicas_is(nats_url: str, ers_name: str, replicas: int) -> bool:
     state = await last_message(nats_url, subjects.desired_subject(NAMESPACE, ers_name))
-    return state is not None and state.replicas == replicas
+    return isinstance(state, busmsg.DesiredState) and state.replicas == replicas
 
 
-async def all_acked(actions_sim, scale_set_id: int) -> bool:
+async def all_acked(actions_sim: ActionsSim, scale_set_id: int) -> bool:
     messages = await actions_sim.control.messages(scale_set_id)
     return bool(messages) and all(m.acked for m in messages)
 
 
-async def test_waits_for_nats_at_start_up(actions_sim, scale_set, make_config, nats_server):
+async def test_waits_for_nats_at_start_up(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], nats_server: NatsServer
+) -> None:
     cfg = make_config(min_runners=1)
     nats_server.stop()
     async with anyio.create_task_group() as tg:
@@ -124,7 +136,9 @@ async def test_waits_for_nats_at_start_up(actions_sim, scale_set, make_config, n
         tg.cancel_scope.cancel()
 
 
-async def test_stopping_while_nats_is_down_is_clean_and_bounded(actions_sim, scale_set, make_config, nats_server):
+async def test_stopping_while_nats_is_down_is_clean_and_bounded(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], nats_server: NatsServer
+) -> None:
     """Cancellation (SIGTERM) during a NATS outage: no error escapes the listener, the shutdown is
     bounded, and the session is still deleted. Bus.connect closes the dead connection itself."""
     from prometheus_client import REGISTRY

@@ -11,18 +11,22 @@ event, and a runner created and deleted again in between (a duplicate repaired) 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
 import msgspec
 import pytest
+from anyio.abc import TaskStatus
 
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.worker import WORKER
-from shared.kube import EPHEMERAL_RUNNERS
-from shared.worker import running_worker
-from tests.listener.conftest import start_listener
-from tests.scenario.conftest import wait_for
+from shared.kube import EPHEMERAL_RUNNERS, KubeClient
+from shared.listener_config import ListenerConfig
+from shared.worker import WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.listener.conftest import BusTap, ScaleSet, start_listener
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.runner_set_helpers import create_ers, fake_runner_worker
 
 pytestmark = pytest.mark.anyio
@@ -65,7 +69,13 @@ class RunnerCensus:
         self.events.append((event.type, event.object.metadata.name, len(self.live)))
 
 
-async def watch_runners(client, namespace: str, census: RunnerCensus, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def watch_runners(
+    client: KubeClient,
+    namespace: str,
+    census: RunnerCensus,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
     path = EPHEMERAL_RUNNERS.collection_path(namespace)
     query = [("watch", "true"), ("resourceVersion", "0"), ("timeoutSeconds", "600")]
     async with client.stream(path, what="watch ephemeralrunners", query=query, read_timeout=600) as lines:
@@ -77,15 +87,15 @@ async def watch_runners(client, namespace: str, census: RunnerCensus, *, task_st
 
 
 async def test_handover_during_scale_up_creates_no_duplicate_runner(
-    actions_sim,
-    scale_set,
-    make_config,
-    bus_tap,
-    kube,
-    namespace,
-    github_secret,
-    worker_settings,
-):
+    actions_sim: ActionsSim,
+    scale_set: ScaleSet,
+    make_config: Callable[..., ListenerConfig],
+    bus_tap: BusTap,
+    kube: Kube,
+    namespace: str,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     bound = MIN_RUNNERS + JOBS
     await create_ers(
         kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=scale_set.id
@@ -125,6 +135,7 @@ async def test_handover_during_scale_up_creates_no_duplicate_runner(
                 timeout=20,
                 what="the standby's desired state",
             )
+            assert standby.epoch is not None and leader.epoch is not None
             assert took_over[0].listener_epoch == standby.epoch > leader.epoch
             assert (took_over[0].replicas, took_over[0].patch_id) == (bound, 0)
             await wait_for(

@@ -8,19 +8,27 @@ The seam: :class:`services.listener.service.Listener` starts every leadership te
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import pytest
 
 from services.listener import service
 from services.listener.scaling import MAX_PATCH_ID, ScalerState
-from tests.listener.conftest import start_listener
+from shared.listener_config import ListenerConfig
+from tests.fixtures.actions_sim import ActionsSim
+from tests.listener.conftest import BusTap, ScaleSet, start_listener
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_patch_ids_wrap_past_int32_max_to_one_on_the_bus(
-    actions_sim, scale_set, make_config, bus_tap, monkeypatch
-):
+    actions_sim: ActionsSim,
+    scale_set: ScaleSet,
+    make_config: Callable[..., ListenerConfig],
+    bus_tap: BusTap,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert MAX_PATCH_ID == 2147483647
     monkeypatch.setattr(service, "ScalerState", lambda: ScalerState(patch_seq=MAX_PATCH_ID - 2))
     await actions_sim.control.configure(poll_wait=0.2)  # each empty poll is one more decision

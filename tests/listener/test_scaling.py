@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import msgspec
 import nats
@@ -11,12 +13,17 @@ from services.embedded.actions_sim.runner_agent import run_runner
 from services.listener.session import SessionRecord
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus.subjects import SESSIONS_BUCKET, listener_session_key
-from tests.listener.conftest import start_listener
+from shared.listener_config import ListenerConfig
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.nats import NatsServer
+from tests.listener.conftest import BusTap, ScaleSet, start_listener
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_assigned_jobs_scale_to_min_plus_n_capped_at_max(actions_sim, scale_set, make_config, bus_tap):
+async def test_assigned_jobs_scale_to_min_plus_n_capped_at_max(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     cfg = make_config(min_runners=1, max_runners=3)
     async with anyio.create_task_group() as tg:
         listener = await start_listener(tg, cfg, "listener-0")
@@ -36,7 +43,9 @@ async def test_assigned_jobs_scale_to_min_plus_n_capped_at_max(actions_sim, scal
         tg.cancel_scope.cancel()
 
 
-async def test_patch_ids_job_events_and_empty_polls(actions_sim, scale_set, make_config, bus_tap):
+async def test_patch_ids_job_events_and_empty_polls(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     cfg = make_config(min_runners=0, max_runners=5)
     async with anyio.create_task_group() as tg:
         listener = await start_listener(tg, cfg, "listener-0")
@@ -78,12 +87,19 @@ async def session_record(nats_url: str, scale_set_id: int) -> SessionRecord | No
             entry = await kv.get(listener_session_key(scale_set_id))
         except nats.js.errors.KeyNotFoundError:
             return None
+        assert entry.value is not None
         return msgspec.json.decode(entry.value, type=SessionRecord)
     finally:
         await nc.close()
 
 
-async def test_restart_starts_a_new_epoch_at_patch_zero(actions_sim, scale_set, make_config, bus_tap, nats_server):
+async def test_restart_starts_a_new_epoch_at_patch_zero(
+    actions_sim: ActionsSim,
+    scale_set: ScaleSet,
+    make_config: Callable[..., ListenerConfig],
+    bus_tap: BusTap,
+    nats_server: NatsServer,
+) -> None:
     cfg = make_config(min_runners=0, max_runners=5)
     await actions_sim.control.enqueue_jobs(count=2, labels=[scale_set.name])
     async with anyio.create_task_group() as tg:
@@ -101,11 +117,14 @@ async def test_restart_starts_a_new_epoch_at_patch_zero(actions_sim, scale_set, 
         again = await bus_tap.wait_for(lambda t: t.desired[mark:])
         # The new incarnation restarts the sequence at 0 (authoritative) under a higher epoch.
         assert (again[0].replicas, again[0].patch_id) == (2, 0)
+        assert second.epoch is not None and first_epoch is not None
         assert again[0].listener_epoch == second.epoch > first_epoch
         tg.cancel_scope.cancel()
 
 
-async def test_ghes_available_jobs_are_acquired(actions_sim, scale_set, make_config, bus_tap):
+async def test_ghes_available_jobs_are_acquired(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     await actions_sim.control.configure(mode="ghes")
     cfg = make_config(min_runners=0, max_runners=5)
     async with anyio.create_task_group() as tg:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -16,9 +18,10 @@ import pytest
 from services.listener.session import SessionRecord, SessionRecords
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.bus import Bus
-from shared.listener_config import bus_settings
+from shared.listener_config import ListenerConfig, bus_settings
 from shared.log import JsonFormatter
-from tests.listener.conftest import start_listener
+from tests.fixtures.actions_sim import ActionsSim
+from tests.listener.conftest import BusTap, ScaleSet, start_listener
 from tests.listener.test_faults import CONFLICT_BODY, endpoint_calls
 
 pytestmark = pytest.mark.anyio
@@ -27,13 +30,17 @@ TAKE_OVER = "session conflict: taking over the stale session recorded by an earl
 WAIT = "session conflict: another session is active and not ours to take over; waiting for it to expire"
 
 
-def json_lines(caplog: pytest.LogCaptureFixture) -> list[dict]:
+def json_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
     return [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name.startswith("services.listener")]
 
 
 async def test_a_recorded_stale_session_is_taken_over_and_the_log_says_so(
-    actions_sim, scale_set, make_config, bus_tap, caplog
-):
+    actions_sim: ActionsSim,
+    scale_set: ScaleSet,
+    make_config: Callable[..., ListenerConfig],
+    bus_tap: BusTap,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.INFO)
     cfg = make_config(min_runners=1)
     # What a SIGKILLed predecessor leaves behind: its live session at the service, and its record.
@@ -71,8 +78,12 @@ async def test_a_recorded_stale_session_is_taken_over_and_the_log_says_so(
 
 
 async def test_an_unrecorded_session_is_waited_out_and_the_log_says_so(
-    actions_sim, scale_set, make_config, bus_tap, caplog
-):
+    actions_sim: ActionsSim,
+    scale_set: ScaleSet,
+    make_config: Callable[..., ListenerConfig],
+    bus_tap: BusTap,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """No record names the conflicting session (somebody else's, or one whose create answer was
     lost): the listener waits with backoff, saying so on every attempt, and never deletes it."""
     caplog.set_level(logging.INFO)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import logging
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import anyio
@@ -17,9 +19,11 @@ import pytest
 from aiohttp import web
 
 from shared.actions import ActionsClient, PersonalAccessToken
+from shared.listener_config import ListenerConfig
 from shared.log import JsonFormatter
 from tests.contract.scripted import RecordingProxy
-from tests.listener.conftest import start_listener, wait_until
+from tests.fixtures.actions_sim import ActionsSim
+from tests.listener.conftest import BusTap, ScaleSet, start_listener, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -94,16 +98,18 @@ async def get(url: str) -> tuple[int, str]:
         return resp.status, await resp.text()
 
 
-async def tls_scale_set(sim) -> int:
+async def tls_scale_set(sim: ActionsSim) -> int:
     async with ActionsClient.from_config(sim.config_url(), PersonalAccessToken(sim.pat), root_ca=sim.ca_pem) as client:
         return (await client.create_scale_set("arc-runners")).id
 
 
-def tls_overrides(sim, scale_set_id: int, **more: object) -> dict[str, object]:
+def tls_overrides(sim: ActionsSim, scale_set_id: int, **more: object) -> dict[str, object]:
     return {"configure_url": sim.config_url(), "github_token": sim.pat, "runner_scale_set_id": scale_set_id, **more}
 
 
-async def test_root_ca_from_the_config_reaches_the_https_service(actions_sim_tls, make_config, bus_tap):
+async def test_root_ca_from_the_config_reaches_the_https_service(
+    actions_sim_tls: ActionsSim, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     sim = actions_sim_tls
     ss = await tls_scale_set(sim)
     cfg = make_config(min_runners=1, **tls_overrides(sim, ss, server_root_ca=sim.ca_pem))
@@ -118,8 +124,11 @@ async def test_root_ca_from_the_config_reaches_the_https_service(actions_sim_tls
 
 
 async def test_without_the_root_ca_the_listener_reports_a_tls_failure_and_stays_up(
-    actions_sim_tls, make_config, bus_tap, caplog
-):
+    actions_sim_tls: ActionsSim,
+    make_config: Callable[..., ListenerConfig],
+    bus_tap: BusTap,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The system roots do not trust the simulator's CA: the listener logs a clear TLS error (one
     line, no traceback), keeps running (live, not ready) and publishes nothing it did not learn."""
     caplog.set_level(logging.INFO)
@@ -151,12 +160,15 @@ async def test_without_the_root_ca_the_listener_reports_a_tls_failure_and_stays_
     assert not record.exc_info  # a log line, not a traceback
     line = JsonFormatter().format(record)
     assert "\n" not in line and "Traceback" not in line
-    assert "TLS failure" in record.fields["error"] and "127.0.0.1" in record.fields["error"]
-    assert "unable to get local issuer certificate" in record.fields["error"], record.fields["error"]  # says why
+    fields: dict[str, Any] = record.__dict__["fields"]  # shared/log.py passes them as `extra`
+    assert "TLS failure" in fields["error"] and "127.0.0.1" in fields["error"]
+    assert "unable to get local issuer certificate" in fields["error"], fields["error"]  # says why
     assert sim.pat not in "\n".join(JsonFormatter().format(r) for r in caplog.records)
 
 
-async def test_http_proxy_from_the_config_carries_every_request(actions_sim, scale_set, make_config, bus_tap):
+async def test_http_proxy_from_the_config_carries_every_request(
+    actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     """The config URL names a host only the proxy can resolve, and every request the service saw
     from the listener (registration, session, long polls, acknowledgements, the session delete)
     is one the proxy carried, one for one."""
@@ -196,7 +208,9 @@ async def test_http_proxy_from_the_config_carries_every_request(actions_sim, sca
     assert {"registration-token", "runner-registration", "sessions", "message"} <= endpoints, endpoints
 
 
-async def test_https_proxy_from_the_config_tunnels_to_the_tls_service(actions_sim_tls, make_config, bus_tap):
+async def test_https_proxy_from_the_config_tunnels_to_the_tls_service(
+    actions_sim_tls: ActionsSim, make_config: Callable[..., ListenerConfig], bus_tap: BusTap
+) -> None:
     """``proxy.https_proxy`` with credentials and ``server_root_ca`` together: a CONNECT tunnel
     (``RecordingProxy``), the TLS handshake inside it verified against the configured CA."""
     sim = actions_sim_tls

@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 import pytest
@@ -31,7 +31,13 @@ import pytest
 from shared.bus import Bus, BusSettings
 from shared.kube import SECRETS, ApiReader, ApiWriter, KubeClient
 from shared.worker import WorkerSettings
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
+from tests.fixtures.nats import NatsServer
 from tests.support.eventually import eventually
+
+if TYPE_CHECKING:  # it imports this module
+    from tests.scenario.test_runner_helpers import RunnerEnv
 
 T = TypeVar("T")
 
@@ -44,26 +50,28 @@ class Kube:
 
 
 @pytest.fixture
-async def kube(kube_api: Any) -> AsyncIterator[Kube]:
+async def kube(kube_api: KubeApi) -> AsyncIterator[Kube]:
     client = await KubeClient.from_kubeconfig(kube_api.kubeconfig)
     async with client:
         yield Kube(client, ApiReader(client), ApiWriter(client))
 
 
 def scenario_bus_settings(nats_url: str, **overrides: Any) -> BusSettings:
-    base = dict(nats_urls=(nats_url,), lease_ttl=3.0, shards=4, connect_timeout=5.0, publish_deadline=10.0)
+    base: dict[str, Any] = dict(
+        nats_urls=(nats_url,), lease_ttl=3.0, shards=4, connect_timeout=5.0, publish_deadline=10.0
+    )
     base.update(overrides)
     return BusSettings(**base)
 
 
 @pytest.fixture
-async def bus(nats_server: Any) -> AsyncIterator[Bus]:
+async def bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
     async with Bus.connect(scenario_bus_settings(nats_server.url), name="scenario-test") as b:
         yield b
 
 
 @pytest.fixture
-def worker_settings(kube_api: Any, nats_server: Any, namespace: str) -> Callable[..., WorkerSettings]:
+def worker_settings(kube_api: KubeApi, nats_server: NatsServer, namespace: str) -> Callable[..., WorkerSettings]:
     def make(replica_id: str = "r0", **overrides: Any) -> WorkerSettings:
         bus_overrides = overrides.pop("bus", {})
         base: dict[str, Any] = dict(
@@ -102,15 +110,19 @@ async def create_secret(kube: Kube, namespace: str, name: str, data: dict[str, s
 
 
 @pytest.fixture
-async def github_secret(kube: Kube, namespace: str, actions_sim: Any) -> str:
+async def github_secret(kube: Kube, namespace: str, actions_sim: ActionsSim) -> str:
     await create_secret(kube, namespace, "github-config", {"github_token": actions_sim.pat})
     return "github-config"
 
 
 @pytest.fixture
 async def runner_env(
-    kube: Kube, namespace: str, actions_sim: Any, github_secret: str, worker_settings: Any
-) -> AsyncIterator[Any]:
+    kube: Kube,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> AsyncIterator[RunnerEnv]:
     """A runner worker and a registered scale set: a ``RunnerEnv`` (tests/scenario/test_runner_helpers.py)."""
     from tests.scenario.test_runner_helpers import start_runner_env  # it imports this module
 
@@ -118,9 +130,23 @@ async def runner_env(
         yield env
 
 
+# Two signatures, as tests.support.eventually's (mypy infers T from an async predicate's awaited
+# value); the value returned is truthy, so never None.
+@overload
 async def wait_for(
-    predicate: Callable[[], T | Awaitable[T]], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"
-) -> T:
+    predicate: Callable[[], Awaitable[T | None]], *, timeout: float = ..., interval: float = ..., what: str = ...
+) -> T: ...
+
+
+@overload
+async def wait_for(
+    predicate: Callable[[], T | None], *, timeout: float = ..., interval: float = ..., what: str = ...
+) -> T: ...
+
+
+async def wait_for(
+    predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"
+) -> Any:
     """:func:`tests.support.eventually.eventually` (sync or async ``predicate``; its value is returned)."""
     return await eventually(predicate, timeout=timeout, interval=interval, what=what)
 

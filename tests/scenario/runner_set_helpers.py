@@ -30,7 +30,7 @@ async def create_ers(
     scale_set_id: int,
     name: str = "set",
     revision: int = 0,
-    proxy: dict | None = None,
+    proxy: dict[str, Any] | None = None,
 ) -> EphemeralRunnerSet:
     body = {
         "apiVersion": "actions.github.com/v1alpha1",

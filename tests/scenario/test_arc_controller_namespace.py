@@ -9,13 +9,15 @@ import argparse
 import pytest
 
 from services.scale_set.adopt_cli import preview
-from tests.scenario.conftest import require_crds
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
+from tests.scenario.conftest import Kube, require_crds
 from tests.scenario.test_arc_takeover import install_arc_leftovers
 
 pytestmark = pytest.mark.anyio
 
 
-def dry_run_args(kube_api, controller_namespace: str, namespace: str) -> argparse.Namespace:
+def dry_run_args(kube_api: KubeApi, controller_namespace: str, namespace: str) -> argparse.Namespace:
     return argparse.Namespace(
         kubeconfig=str(kube_api.kubeconfig),
         kube_context=None,
@@ -27,8 +29,8 @@ def dry_run_args(kube_api, controller_namespace: str, namespace: str) -> argpars
 
 
 async def test_dry_run_names_arc_listeners_outside_the_controller_namespace(
-    kube, kube_api, namespace, github_secret, actions_sim
-):
+    kube: Kube, kube_api: KubeApi, namespace: str, github_secret: str, actions_sim: ActionsSim
+) -> None:
     await require_crds(kube)
     await install_arc_leftovers(kube, "arc-0.14.yaml", namespace, actions_sim, github_secret)
     ours = f"{namespace}-rs"  # runnerscale's controller namespace; ARC's listener lives in `namespace`

@@ -7,8 +7,9 @@ finalizers of deleting runners (no kubelet here, as in ARC's envtest suites).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import msgspec
@@ -21,6 +22,7 @@ from services.scale_set.build import ars_listener_name
 from services.scale_set.worker import WORKER as SCALE_SET
 from services.scale_set.worker import ScaleSetSettings
 from shared.actions import ActionsClient, PersonalAccessToken
+from shared.api import OwnerReference
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION, FINALIZER_EPHEMERAL_RUNNER_SET
 from shared.api.names import listener_name
 from shared.kube import (
@@ -34,9 +36,12 @@ from shared.kube import (
     SECRETS,
     SERVICE_ACCOUNTS,
     ObjectKey,
+    Resource,
 )
-from shared.worker import running_worker
-from tests.scenario.conftest import require_crds, wait_for
+from shared.worker import WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
+from tests.scenario.conftest import Kube, require_crds, wait_for
 from tests.scenario.runner_set_helpers import fake_runner_worker, runners, sim_scale_set
 
 pytestmark = pytest.mark.anyio
@@ -76,7 +81,7 @@ async def install_arc_leftovers(
     uids: dict[str, str] = {}
     created: dict[str, Any] = {}
     deleting: list[Any] = []
-    resources = {
+    resources: dict[str, Resource[Any]] = {
         "AutoscalingRunnerSet": AUTOSCALING_RUNNER_SETS,
         "EphemeralRunnerSet": EPHEMERAL_RUNNER_SETS,
         "EphemeralRunner": EPHEMERAL_RUNNERS,
@@ -147,7 +152,13 @@ def listener_pod_worker(worker_settings: Any) -> Any:
     return running_worker(LISTENER_POD.name, worker_settings("lp0"), LISTENER_POD.setup(options))
 
 
-async def test_arc_014_mid_rollout_with_runners_mid_job(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_arc_014_mid_rollout_with_runners_mid_job(
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     await require_crds(kube)
     arc = await install_arc_leftovers(
         kube, "arc-0.14.yaml", namespace, actions_sim, github_secret, more=("arc-0.14-listener.yaml",)
@@ -184,15 +195,16 @@ async def test_arc_014_mid_rollout_with_runners_mid_job(kube, namespace, worker_
         for er in (idle, busy):
             now = await kube.reader.get(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er))
             assert now.metadata.uid == er.metadata.uid
-            assert now.metadata.controller_reference().uid == ers.metadata.uid
+            assert cast(OwnerReference, now.metadata.controller_reference()).uid == ers.metadata.uid
             assert now.metadata.annotations[ANNOTATION_ACTIONABLE_REVISION] == "1"
             assert not any(k in now.metadata.annotations for k in ARC_HASHES)
-        assert (await kube.reader.get(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(busy))).status.job_id
+        busy_now = await kube.reader.get(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(busy))
+        assert busy_now.status is not None and busy_now.status.job_id
 
         # The old-spec runner mid-job is untouched on ARC's draining set.
         now = await kube.reader.get(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(old_busy))
         assert now.metadata.uid == old_busy.metadata.uid and not now.metadata.is_deleting
-        assert now.metadata.controller_reference().name == "arc-runner-set-7xk2q"
+        assert cast(OwnerReference, now.metadata.controller_reference()).name == "arc-runner-set-7xk2q"
         await no_churn_for(kube, namespace, before)
 
         # ARC's listener (0.14 naming) gives way to runnerscale's, which feeds the ERS named like the ARS.
@@ -230,8 +242,12 @@ async def test_arc_014_mid_rollout_with_runners_mid_job(kube, namespace, worker_
 
 
 async def test_arc_integrity_era_set_is_seeded_without_churn(
-    kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     await require_crds(kube)
     arc = await install_arc_leftovers(
         kube, "arc-integrity.yaml", namespace, actions_sim, github_secret, listener_hash_of_url=True
@@ -262,7 +278,9 @@ async def test_arc_integrity_era_set_is_seeded_without_churn(
         assert al.spec.image == "ghcr.io/example/runnerscale:test"  # patched in place, same AL
 
 
-async def test_dry_run_prints_every_change_and_writes_nothing(kube, kube_api, namespace, github_secret, actions_sim):
+async def test_dry_run_prints_every_change_and_writes_nothing(
+    kube: Kube, kube_api: KubeApi, namespace: str, github_secret: str, actions_sim: ActionsSim
+) -> None:
     import argparse
 
     from services.scale_set.adopt_cli import preview
@@ -272,7 +290,13 @@ async def test_dry_run_prints_every_change_and_writes_nothing(kube, kube_api, na
 
     async def versions() -> dict[str, str]:
         out = {}
-        for resource in (AUTOSCALING_RUNNER_SETS, EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, AUTOSCALING_LISTENERS):
+        kinds: tuple[Resource[Any], ...] = (
+            AUTOSCALING_RUNNER_SETS,
+            EPHEMERAL_RUNNER_SETS,
+            EPHEMERAL_RUNNERS,
+            AUTOSCALING_LISTENERS,
+        )
+        for resource in kinds:
             for o in (await kube.reader.list(resource, namespace=namespace)).items:
                 out[f"{resource.kind}/{o.metadata.name}"] = o.metadata.resource_version
         return out
@@ -313,7 +337,7 @@ async def test_dry_run_prints_every_change_and_writes_nothing(kube, kube_api, na
     assert await versions() == before  # a dry run writes nothing
 
 
-def test_adopt_without_dry_run_refuses(capsys):
+def test_adopt_without_dry_run_refuses(capsys: pytest.CaptureFixture[str]) -> None:
     from services.scale_set.adopt_cli import main
 
     assert main(["--controller-namespace", "arc-systems"]) == 2
@@ -321,8 +345,12 @@ def test_adopt_without_dry_run_refuses(capsys):
 
 
 async def test_arc_014_listener_and_its_objects_are_replaced_by_runnerscales(
-    kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     from services.listener_pod.build import role_rules
     from shared.api.constants import ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION
     from shared.listener_config import parse_config
@@ -354,18 +382,19 @@ async def test_arc_014_listener_and_its_objects_are_replaced_by_runnerscales(
         role = await kube.reader.get(ROLES, ObjectKey(namespace, new))
         assert [msgspec.to_builtins(rule) for rule in role.rules or []] == role_rules(NAME)  # ARC's named its old set
         config = await kube.reader.get(SECRETS, ObjectKey(namespace, f"{new}-config"))
-        assert parse_config(config.decoded("config.json")).ephemeral_runner_set_name == NAME
+        assert parse_config(cast(bytes, config.decoded("config.json"))).ephemeral_runner_set_name == NAME
         assert await kube.reader.get_or_none(SERVICE_ACCOUNTS, ObjectKey(namespace, new)) is not None
         assert await kube.reader.get_or_none(ROLE_BINDINGS, ObjectKey(namespace, new)) is not None
 
         async def arcs_objects_going() -> bool:
-            for resource, name in (
+            objects: tuple[tuple[Resource[Any], str], ...] = (
                 (PODS, old),
                 (SERVICE_ACCOUNTS, old),
                 (ROLES, old),
                 (ROLE_BINDINGS, old),
                 (SECRETS, f"{old}-config"),
-            ):
+            )
+            for resource, name in objects:
                 o = await kube.reader.get_or_none(resource, ObjectKey(namespace, name))
                 if o is not None and not o.metadata.is_deleting:
                     return False

@@ -15,7 +15,7 @@ runner each, never re-queued).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,11 @@ import pytest
 from services.embedded.actions_sim.runner_agent import run_runner
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.kube import EPHEMERAL_RUNNERS, PODS, NotFound, ObjectKey
+from shared.worker import WorkerSettings
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
 from tests.node_sim.helpers import node_config, running_node
-from tests.scenario.conftest import require_crds, wait_for
+from tests.scenario.conftest import Kube, require_crds, wait_for
 from tests.scenario.runner_set_helpers import (
     release_runner,
     report_registered_running,
@@ -98,8 +101,14 @@ async def runner_stand_in(
 
 
 async def test_listener_swap_picks_up_queued_jobs_within_one_poll(
-    kube, kube_api, namespace, worker_settings, github_secret, actions_sim, tmp_path: Path
-):
+    kube: Kube,
+    kube_api: KubeApi,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+    tmp_path: Path,
+) -> None:
     await require_crds(kube)
     jits: dict[str, str] = {}
     await install_arc_leftovers(

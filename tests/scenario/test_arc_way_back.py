@@ -7,6 +7,7 @@ against the very objects ARC wrote (tests/data/arc/takeover/arc-0.14.yaml).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,8 +21,11 @@ from shared.kube import (
     EPHEMERAL_RUNNERS,
     PODS,
     ObjectKey,
+    Resource,
 )
-from tests.scenario.conftest import require_crds, wait_for
+from shared.worker import WorkerSettings
+from tests.fixtures.actions_sim import ActionsSim
+from tests.scenario.conftest import Kube, require_crds, wait_for
 from tests.scenario.runner_set_helpers import fake_runner_worker
 from tests.scenario.test_arc_takeover import NAME, install_arc_leftovers, listener_pod_worker, workers
 
@@ -41,7 +45,7 @@ IDLE, BUSY = "arc-runner-set-m4n8p-runner-x2k7f", "arc-runner-set-m4n8p-runner-p
 #: deletion forever); the labels and non-fingerprint annotations ARC wrote (the scale-set id and
 #: names, the version label its controller filters on); a controller owner reference of the kind
 #: and name its field indexers key on (an ERS is found by its ARS, a runner by its set).
-TABLE = [
+TABLE: list[tuple[Resource[Any], str, str, str | None, str | None]] = [
     (AUTOSCALING_RUNNER_SETS, NAME, NAME, None, None),
     (EPHEMERAL_RUNNER_SETS, NAME, "arc-runner-set-m4n8p", "AutoscalingRunnerSet", NAME),
     (EPHEMERAL_RUNNERS, IDLE, IDLE, "EphemeralRunnerSet", NAME),
@@ -68,7 +72,13 @@ def shape_problems(live: Any, arc: Any, parent_kind: str | None, parent: Any) ->
     return out
 
 
-async def test_way_back_leaves_objects_arc_014_accepts(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_way_back_leaves_objects_arc_014_accepts(
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     await require_crds(kube)
     arc = await install_arc_leftovers(
         kube, "arc-0.14.yaml", namespace, actions_sim, github_secret, more=("arc-0.14-listener.yaml",)
@@ -127,9 +137,10 @@ async def test_way_back_leaves_objects_arc_014_accepts(kube, namespace, worker_s
         live = await kube.reader.get(resource, ObjectKey(namespace, name))
         parent = None
         if parent_kind is not None:
-            parent_resource = (
+            parent_resource: Resource[Any] = (
                 AUTOSCALING_RUNNER_SETS if parent_kind == "AutoscalingRunnerSet" else EPHEMERAL_RUNNER_SETS
             )
+            assert parent_name is not None
             parent = await kube.reader.get(parent_resource, ObjectKey(namespace, parent_name))
         problems += shape_problems(live, arc[f"{resource.kind}/{arc_name}"], parent_kind, parent)
     # ARC's draining set, if its busy runner still runs: nothing but ARC's finalizer on it.

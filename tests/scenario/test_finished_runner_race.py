@@ -6,6 +6,7 @@ controlled order) and the kubelet (pod status)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -17,10 +18,11 @@ from services.runner_set import decide as rs_decide
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.worker import WORKER as RUNNER_SET_WORKER
 from shared.api import EphemeralRunner
-from shared.bus import DesiredState, ResourceRef
+from shared.bus import Bus, DesiredState, ResourceRef
 from shared.bus.messages import JobCompleted, JobStarted
-from shared.worker import running_worker
-from tests.scenario.conftest import wait_for
+from shared.worker import WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.runner_set_helpers import create_ers, get_ers, runners, sim_scale_set
 from tests.scenario.test_runner_helpers import FAST, RunnerEnv
 
@@ -70,8 +72,13 @@ async def _phase_or_gone(env: RunnerEnv, names: list[str]) -> bool:
 
 
 async def test_three_runners_finish_together_listener_accounts_one_at_a_time_no_replacement(
-    kube, bus, namespace, actions_sim, github_secret, worker_settings
-):
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     """The measured race of #14: three runners exit 0 within milliseconds; the listener accounts
     for the completions one message at a time (patch 9: replicas 2, then patch 10: replicas 0).
     Before the fix the runner worker deleted the finished runners, the runner-set saw 0 runners at
@@ -147,8 +154,14 @@ async def test_three_runners_finish_together_listener_accounts_one_at_a_time_no_
 
 
 async def test_completion_never_reported_is_held_then_reaped_with_the_marker(
-    kube, bus, namespace, actions_sim, github_secret, worker_settings, monkeypatch
-):
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A runner exits 0 but its JobCompleted never arrives (the event was lost), while the listener
     keeps publishing (another job's event: patch 4): the runner-set holds the finished runner for
     FINISHED_HOLD (shortened here), then reaps it the seeds' way — marker first — so no replacement

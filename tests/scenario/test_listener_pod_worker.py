@@ -391,7 +391,7 @@ async def test_metadata_changes_propagate_without_recreation(
             sa = await get(kube, SERVICE_ACCOUNTS, namespace, AL_NAME)
             role = await get(kube, ROLES, namespace, AL_NAME)
             pod = await live_pod(kube, namespace)
-            return (
+            return bool(
                 sa.metadata.annotations.get("sa2") == "added"
                 and sa.metadata.labels.get("arc.test/listener-label") == "updated"
                 and role.metadata.annotations.get("role") == "updated"

@@ -3,24 +3,31 @@ server, a pod that never starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import anyio
 import msgspec
 import pytest
 
 from shared.actions import ActionsClient, PersonalAccessToken
-from shared.kube import EPHEMERAL_RUNNERS, PODS, SECRETS, ObjectKey
-from tests.scenario.conftest import wait_for
-from tests.scenario.test_runner_helpers import FAST, register_scale_set, start_runner_env
+from shared.api import EphemeralRunner, EphemeralRunnerStatus
+from shared.kube import EPHEMERAL_RUNNERS, PODS, SECRETS, ObjectKey, Resource
+from shared.worker import WorkerSettings
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
+from tests.scenario.conftest import Kube, wait_for
+from tests.scenario.test_runner_helpers import FAST, RunnerEnv, register_scale_set, start_runner_env
 
 pytestmark = pytest.mark.anyio
 
 
-async def _runner_id(env, name):
+async def _runner_id(env: RunnerEnv, name: str) -> int | None:
     er = await env.er(name)
     return er.status.runner_id if er is not None and er.status is not None and er.status.runner_id else None
 
 
-async def test_runner_exists_in_same_scale_set_is_removed_and_registered_again(runner_env):
+async def test_runner_exists_in_same_scale_set_is_removed_and_registered_again(runner_env: RunnerEnv) -> None:
     env = runner_env
     async with ActionsClient.from_config(env.sim.config_url(), PersonalAccessToken(env.sim.pat)) as client:
         stale = await client.generate_jit_config(env.scale_set_id, "er-dup")
@@ -33,7 +40,7 @@ async def test_runner_exists_in_same_scale_set_is_removed_and_registered_again(r
     await env.wait_pod("er-dup")
 
 
-async def test_runner_name_taken_by_another_scale_set_deletes_the_er(runner_env):
+async def test_runner_name_taken_by_another_scale_set_deletes_the_er(runner_env: RunnerEnv) -> None:
     env = runner_env
     other = await register_scale_set(env.sim, "another-set")
     async with ActionsClient.from_config(env.sim.config_url(), PersonalAccessToken(env.sim.pat)) as client:
@@ -45,14 +52,14 @@ async def test_runner_name_taken_by_another_scale_set_deletes_the_er(runner_env)
     assert theirs.runner.id in {r.id for r in await env.sim.control.runners()}
 
 
-async def test_garbled_jit_config_is_an_event_and_recovers(runner_env):
+async def test_garbled_jit_config_is_an_event_and_recovers(runner_env: RunnerEnv) -> None:
     env = runner_env
     await env.sim.control.set_fault(
         "generate_jit_config", kind="status", status=200, body='{"runner": "garbage"', count=None
     )
     await env.create_er("er-garbled")
 
-    async def warned():
+    async def warned() -> bool:
         return "JitConfigFailed" in await env.event_reasons("er-garbled")
 
     await wait_for(warned, what="JitConfigFailed event")
@@ -72,7 +79,7 @@ async def test_garbled_jit_config_is_an_event_and_recovers(runner_env):
     )
     await env.create_er("er-empty")
 
-    async def unusable():
+    async def unusable() -> bool:
         return any(e.reason == "JitConfigFailed" and "unusable" in e.message for e in await env.events("er-empty"))
 
     await wait_for(unusable, what="unusable JIT config event")
@@ -81,7 +88,7 @@ async def test_garbled_jit_config_is_an_event_and_recovers(runner_env):
     await wait_for(lambda: _runner_id(env, "er-empty"), timeout=30, what="registered after the second fault cleared")
 
 
-async def test_conflicts_on_status_patch_converge(runner_env, kube_api):
+async def test_conflicts_on_status_patch_converge(runner_env: RunnerEnv, kube_api: KubeApi) -> None:
     env = runner_env
     control = kube_api.require_emulator()
     await control.add_fault_async(
@@ -107,10 +114,10 @@ async def test_conflicts_on_status_patch_converge(runner_env, kube_api):
     )
     await env.terminate("er-409", 1)
     await env.wait_pod("er-409", other_than=pod.metadata.uid)
-    assert len((await env.er("er-409")).status.failures) == 1
+    assert len(cast(EphemeralRunnerStatus, cast(EphemeralRunner, await env.er("er-409")).status).failures) == 1
 
 
-async def test_503_on_the_jit_secret_create_registers_the_runner_once(runner_env, kube_api):
+async def test_503_on_the_jit_secret_create_registers_the_runner_once(runner_env: RunnerEnv, kube_api: KubeApi) -> None:
     """The JIT config from the service is kept until its Secret is written: an API-server error on
     the create is retried with the same registration, never a new one (issue 11)."""
     env = runner_env
@@ -131,8 +138,12 @@ async def test_503_on_the_jit_secret_create_registers_the_runner_once(runner_env
 
 
 async def test_credentials_gone_on_deletion_is_quiet_bounded_and_released(
-    kube, namespace, actions_sim, github_secret, worker_settings
-):
+    kube: Kube,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     """The GitHub Secret is gone (its namespace is being deleted) while a registered runner is
     deleted: no reconcile-error loop, one Event, and the ER is released once its pod is gone and
     --removal-give-up-after has passed (issue 11)."""
@@ -156,7 +167,9 @@ async def test_credentials_gone_on_deletion_is_quiet_bounded_and_released(
         assert "RunnerRemovalAbandoned" in reasons
 
 
-async def test_pod_lost_right_after_a_job_started_deletes_the_runner(runner_env, monkeypatch):
+async def test_pod_lost_right_after_a_job_started_deletes_the_runner(
+    runner_env: RunnerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The race behind test_pod_lost_while_running_a_job_deletes_the_runner timing out under load:
     the worker reads the ER (no job yet), the job is recorded and the pod vanishes, then the
     worker finds no pod (its informer already saw the deletion). It must not create a new pod (for
@@ -170,7 +183,7 @@ async def test_pod_lost_right_after_a_job_started_deletes_the_runner(runner_env,
     real_get = reader.get_or_none
     armed, held, release = [True], anyio.Event(), anyio.Event()
 
-    async def get_or_none(resource, key, *args, **kwargs):
+    async def get_or_none(resource: Resource[Any], key: ObjectKey | str, *args: Any, **kwargs: Any) -> Any:
         obj = await real_get(resource, key, *args, **kwargs)
         if armed[0] and resource is EPHEMERAL_RUNNERS and key == env.key("er-race"):
             armed[0] = False
@@ -195,14 +208,18 @@ async def test_pod_lost_right_after_a_job_started_deletes_the_runner(runner_env,
     await env.wait_events("er-race", "PodLostWithJob")  # a list of Events lags its writes (real API server)
 
 
-async def _pod(env, name):
+async def _pod(env: RunnerEnv, name: str) -> tuple[EphemeralRunner | None, Any]:
     pod = await env.wait_pod(name)
     return await env.er(name), pod
 
 
 async def test_pod_that_never_starts_is_deleted_and_unregistered(
-    kube, namespace, actions_sim, github_secret, worker_settings
-):
+    kube: Kube,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     from msgspec.structs import replace
 
     settings = replace(FAST, pod_start_deadline=1.0)
@@ -215,16 +232,18 @@ async def test_pod_that_never_starts_is_deleted_and_unregistered(
         await env.wait_events("er-stuck", "PodStartTimeout")
 
 
-async def test_invalid_pod_template_marks_failed(runner_env):
+async def test_invalid_pod_template_marks_failed(runner_env: RunnerEnv) -> None:
     env = runner_env
     template = {"metadata": {}, "spec": {"containers": [{"name": "not-runner", "image": "x"}]}}
     await env.create_er("er-invalid", template=template)
 
-    async def failed():
+    async def failed() -> EphemeralRunner | None:
         er = await env.er("er-invalid")
+        assert er is not None
         return er if er.status is not None and er.status.phase == "Failed" else None
 
     er = await wait_for(failed, what="phase Failed")
+    assert er.status is not None
     assert er.status.reason == "InvalidPod"
     assert await env.pod("er-invalid") is None
     # found before registering: no runner at the service, no finalizers, no Secret (one metadata
@@ -236,15 +255,17 @@ async def test_invalid_pod_template_marks_failed(runner_env):
     await env.wait_gone("er-invalid")
 
 
-async def test_invalid_spec_is_failed_with_an_event_and_deletes_cleanly(runner_env):
+async def test_invalid_spec_is_failed_with_an_event_and_deletes_cleanly(runner_env: RunnerEnv) -> None:
     env = runner_env
     await env.create_er("er-bad", scale_set_id=-1)
 
-    async def failed():
+    async def failed() -> EphemeralRunner | None:
         er = await env.er("er-bad")
+        assert er is not None
         return er if er.status is not None and er.status.phase == "Failed" else None
 
     er = await wait_for(failed, what="phase Failed")
+    assert er.status is not None
     assert er.status.reason == "InvalidSpec" and "runnerScaleSetId" in er.status.message
     await env.wait_events("er-bad", "InvalidSpec")
     assert await env.secret_of("er-bad") is None

@@ -3,12 +3,15 @@ replica dying mid-way never creates a duplicate registration or pod."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from services.runner.worker import WORKER
 from shared.kube import PODS
-from shared.worker import running_worker
-from tests.scenario.conftest import wait_for
+from shared.worker import WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.test_runner_helpers import FAST, RunnerEnv, register_scale_set
 
 pytestmark = pytest.mark.anyio
@@ -16,9 +19,15 @@ pytestmark = pytest.mark.anyio
 N = 6
 
 
-async def test_two_replicas_no_duplicates_across_a_crash(kube, namespace, actions_sim, github_secret, worker_settings):
+async def test_two_replicas_no_duplicates_across_a_crash(
+    kube: Kube,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     env = RunnerEnv(kube, namespace, actions_sim, await register_scale_set(actions_sim), github_secret)
-    settings = lambda rid: worker_settings(rid, bus={"shards": 4})  # noqa: E731
+    settings: Callable[[str], WorkerSettings] = lambda rid: worker_settings(rid, bus={"shards": 4})  # noqa: E731
     async with running_worker(WORKER.name, settings("a"), WORKER.setup(FAST)) as a:
         await a.wait_ready()
         async with running_worker(WORKER.name, settings("b"), WORKER.setup(FAST)) as b:
@@ -35,7 +44,7 @@ async def test_two_replicas_no_duplicates_across_a_crash(kube, namespace, action
     assert sorted(r.name for r in runners) == sorted(f"er-ha-{i}" for i in range(N))  # one registration each
 
 
-async def _all_registered(env, n):
+async def _all_registered(env: RunnerEnv, n: int) -> bool:
     ids = []
     for i in range(n):
         er = await env.er(f"er-ha-{i}")
@@ -45,6 +54,6 @@ async def _all_registered(env, n):
     return len(set(ids)) == n
 
 
-async def _pods(env, n):
+async def _pods(env: RunnerEnv, n: int) -> bool:
     listed = await env.kube.reader.list(PODS, namespace=env.namespace)
     return sorted(p.metadata.name for p in listed.items) == sorted(f"er-ha-{i}" for i in range(n))

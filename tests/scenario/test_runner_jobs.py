@@ -2,27 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
 import pytest
 
-from services.runner.jobs import ANNOTATION_JOB_COMPLETED
-from shared.bus import ResourceRef
+from services.runner.jobs import ANNOTATION_JOB_COMPLETED  # type: ignore[attr-defined]  # imported there from shared.api
+from shared.api import EphemeralRunner, EphemeralRunnerStatus
+from shared.bus import Bus, ResourceRef
 from shared.bus.messages import JobCompleted, JobStarted
 from shared.bus.subjects import job_started_subject
-from tests.scenario.conftest import wait_for
-from tests.scenario.test_runner_helpers import SCALE_SET
+from shared.worker import WorkerSettings
+from tests.fixtures.actions_sim import ActionsSim
+from tests.scenario.conftest import Kube, wait_for
+from tests.scenario.test_runner_helpers import SCALE_SET, RunnerEnv
 
 pytestmark = pytest.mark.anyio
 
+E = TypeVar("E", JobStarted, JobCompleted)
 
-async def _registered(env, name):
-    async def rid():
+
+async def _registered(env: RunnerEnv, name: str) -> EphemeralRunner:
+    async def rid() -> EphemeralRunner | None:
         er = await env.er(name)
         return er if er is not None and er.status is not None and er.status.runner_id else None
 
     return await wait_for(rid, what=f"{name} registered")
 
 
-def _event(cls, env, er, job_id="job-77", **extra):
+def _event(cls: type[E], env: RunnerEnv, er: EphemeralRunner, job_id: str = "job-77", **extra: Any) -> E:
+    assert er.status is not None
     return cls(
         scale_set_id=env.scale_set_id,
         scale_set=ResourceRef(env.namespace, SCALE_SET),
@@ -38,7 +47,8 @@ def _event(cls, env, er, job_id="job-77", **extra):
     )
 
 
-def _job_fields(er):
+def _job_fields(er: EphemeralRunner | None) -> tuple[object, ...]:
+    assert er is not None and er.status is not None
     s = er.status
     return (
         s.job_id,
@@ -60,48 +70,51 @@ EXPECTED = (
 )
 
 
-async def test_job_started_from_the_bus_sets_status_fields(runner_env, bus):
+async def test_job_started_from_the_bus_sets_status_fields(runner_env: RunnerEnv, bus: Bus) -> None:
     env = runner_env
     await env.create_er("er-job")
     er = await _registered(env, "er-job")
     await bus.publish(_event(JobStarted, env, er))
 
-    async def recorded():
+    async def recorded() -> EphemeralRunner | None:
         cur = await env.er("er-job")
         return cur if _job_fields(cur) == EXPECTED else None
 
     cur = await wait_for(recorded, what="job fields on status")
     # a duplicate (redelivery) changes nothing: no write, same resourceVersion
     assert await env.reconciler.handle_job_event(_event(JobStarted, env, er)) == "unchanged"
-    assert (await env.er("er-job")).metadata.resource_version == cur.metadata.resource_version
+    assert cast(EphemeralRunner, await env.er("er-job")).metadata.resource_version == cur.metadata.resource_version
     # the job completes: annotation written once; a late JobStarted never undoes it
     await bus.publish(_event(JobCompleted, env, er, result="succeeded"))
 
-    async def completed():
+    async def completed() -> EphemeralRunner | None:
         cur = await env.er("er-job")
+        assert cur is not None
         return cur if ANNOTATION_JOB_COMPLETED in cur.metadata.annotations else None
 
     done = await wait_for(completed, what="completion recorded")
     assert await env.reconciler.handle_job_event(_event(JobStarted, env, er)) == "unchanged"
     after = await env.er("er-job")
+    assert after is not None
     assert _job_fields(after) == EXPECTED
     assert after.metadata.annotations[ANNOTATION_JOB_COMPLETED] == done.metadata.annotations[ANNOTATION_JOB_COMPLETED]
 
 
-async def test_completed_before_started_converges(runner_env):
+async def test_completed_before_started_converges(runner_env: RunnerEnv) -> None:
     env = runner_env
     await env.create_er("er-ooo")
     er = await _registered(env, "er-ooo")
     assert await env.reconciler.handle_job_event(_event(JobCompleted, env, er, result="failed")) == "recorded"
     first = await env.er("er-ooo")
+    assert first is not None
     assert _job_fields(first) == EXPECTED
     assert "result=failed" in first.metadata.annotations[ANNOTATION_JOB_COMPLETED]
     assert await env.reconciler.handle_job_event(_event(JobStarted, env, er)) == "unchanged"
     assert await env.reconciler.handle_job_event(_event(JobCompleted, env, er, result="failed")) == "unchanged"
-    assert (await env.er("er-ooo")).metadata.resource_version == first.metadata.resource_version
+    assert cast(EphemeralRunner, await env.er("er-ooo")).metadata.resource_version == first.metadata.resource_version
 
 
-async def test_events_for_other_jobs_runners_and_garbage_are_ignored(runner_env, bus):
+async def test_events_for_other_jobs_runners_and_garbage_are_ignored(runner_env: RunnerEnv, bus: Bus) -> None:
     env = runner_env
     await env.create_er("er-a1")
     er = await _registered(env, "er-a1")
@@ -114,7 +127,10 @@ async def test_events_for_other_jobs_runners_and_garbage_are_ignored(runner_env,
     assert await env.reconciler.handle_job_event(ghost) == "unknown_runner"
     wrong = _event(JobStarted, env, er, job_id="job-77")
     wrong = JobStarted(
-        **{**{f: getattr(wrong, f) for f in wrong.__struct_fields__}, "runner_id": er.status.runner_id + 1000}
+        **{
+            **{f: getattr(wrong, f) for f in wrong.__struct_fields__},
+            "runner_id": cast(EphemeralRunnerStatus, er.status).runner_id + 1000,
+        }
     )
     assert await env.reconciler.handle_job_event(wrong) == "mismatch"
     # garbage on the subject does not stop the consumer: a later good event still lands
@@ -123,17 +139,22 @@ async def test_events_for_other_jobs_runners_and_garbage_are_ignored(runner_env,
     er2 = await _registered(env, "er-a2")
     await bus.publish(_event(JobStarted, env, er2, job_id="job-88"))
 
-    async def landed():
+    async def landed() -> bool:
         cur = await env.er("er-a2")
+        assert cur is not None and cur.status is not None
         return cur.status.job_id == "job-88"
 
     await wait_for(landed, what="event after garbage recorded")
-    assert (await env.er("er-a1")).status.job_id == "job-77"
+    assert cast(EphemeralRunnerStatus, cast(EphemeralRunner, await env.er("er-a1")).status).job_id == "job-77"
 
 
 async def test_runner_still_up_after_its_job_completed_is_reclaimed(
-    kube, namespace, actions_sim, github_secret, worker_settings
-):
+    kube: Kube,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     from msgspec.structs import replace
 
     from tests.scenario.test_runner_helpers import FAST, start_runner_env

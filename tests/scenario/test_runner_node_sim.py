@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
 from services.embedded.node_sim.node import NodeSim, NodeSimConfig
+from tests.fixtures.apiserver import KubeApi
 from tests.scenario.conftest import wait_for
-from tests.scenario.test_runner_helpers import SCALE_SET
+from tests.scenario.test_runner_helpers import SCALE_SET, RunnerEnv
 
 pytestmark = pytest.mark.anyio
 
@@ -38,13 +40,15 @@ async def node_sim(kube_api: Any, namespace: str, tmp_path: Any, actions_url: st
         tg.cancel_scope.cancel()
 
 
-async def test_a_real_job_runs_and_the_runner_is_cleaned_up(runner_env, kube_api, namespace, tmp_path):
+async def test_a_real_job_runs_and_the_runner_is_cleaned_up(
+    runner_env: RunnerEnv, kube_api: KubeApi, namespace: str, tmp_path: Path
+) -> None:
     env = runner_env
     await env.sim.control.enqueue_jobs(count=1, labels=[SCALE_SET], duration=0.3)
     async with node_sim(kube_api, namespace, tmp_path, env.sim.url):
         await env.create_er("er-real")
 
-        async def running():
+        async def running() -> bool:
             er = await env.er("er-real")
             return er is not None and er.status is not None and er.status.phase == "Running"
 
@@ -55,26 +59,30 @@ async def test_a_real_job_runs_and_the_runner_is_cleaned_up(runner_env, kube_api
     assert await env.service_runners() == []
 
 
-async def test_an_outdated_runner_through_the_node_is_marked_outdated(runner_env, kube_api, namespace, tmp_path):
+async def test_an_outdated_runner_through_the_node_is_marked_outdated(
+    runner_env: RunnerEnv, kube_api: KubeApi, namespace: str, tmp_path: Path
+) -> None:
     env = runner_env
     await env.sim.control.set_min_runner_version("99.0.0")
     async with node_sim(kube_api, namespace, tmp_path, env.sim.url):
         await env.create_er("er-stale")
 
-        async def outdated():
+        async def outdated() -> bool:
             er = await env.er("er-stale")
             return er is not None and er.status is not None and er.status.phase == "Outdated"
 
         await wait_for(outdated, timeout=20, what="ER Outdated")
 
-    async def unregistered():
+    async def unregistered() -> bool:
         return await env.service_runners() == []
 
     # the status is written before the (best-effort) removal from the service: wait for it
     await wait_for(unregistered, what="runner removed from the service")
 
 
-async def test_deleting_a_busy_runner_waits_for_its_job(runner_env, kube_api, namespace, tmp_path):
+async def test_deleting_a_busy_runner_waits_for_its_job(
+    runner_env: RunnerEnv, kube_api: KubeApi, namespace: str, tmp_path: Path
+) -> None:
     from shared.kube import EPHEMERAL_RUNNERS
 
     env = runner_env
@@ -82,7 +90,7 @@ async def test_deleting_a_busy_runner_waits_for_its_job(runner_env, kube_api, na
     async with node_sim(kube_api, namespace, tmp_path, env.sim.url):
         await env.create_er("er-busy")
 
-        async def busy():
+        async def busy() -> bool:
             return any(r.status == "busy" for r in await env.service_runners())
 
         await wait_for(busy, timeout=20, what="runner busy with the job")

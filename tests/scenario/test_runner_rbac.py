@@ -6,6 +6,7 @@ which stores RBAC objects but authorizes everything."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,12 @@ import pytest
 import yaml
 
 from shared.kube import EPHEMERAL_RUNNERS
+from shared.worker import WorkerSettings
 from tests.deploy.conftest import MANIFESTS, find, kubectl, load_docs
 from tests.deploy.test_rbac import OPTIONAL
-from tests.scenario.conftest import wait_for
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.test_runner_helpers import FAST, runner_template, start_runner_env
 from tests.scenario.test_runner_lifecycle import _hook_leftovers, _registered
 
@@ -61,8 +65,14 @@ def _account_kubeconfig(kubeconfig: Path, tmp_path: Path, namespace: str) -> Pat
 
 
 async def test_runner_worker_runs_with_its_manifest_rbac(
-    kube_api, kube, namespace, actions_sim, github_secret, worker_settings, tmp_path
-):
+    kube_api: KubeApi,
+    kube: Kube,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+    tmp_path: Path,
+) -> None:
     if kube_api.is_emulator:
         pytest.skip("RBAC enforcement needs a real API server: the emulator authorizes everything")
     admin = Path(kube_api.kubeconfig)

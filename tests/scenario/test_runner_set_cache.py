@@ -11,7 +11,11 @@ import pytest
 
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.reconciler import RunnerSetReconciler
+from shared.api import EphemeralRunner
+from shared.bus import Bus
 from shared.kube import EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, EventRecorder, Informer, ObjectKey, ReconcileContext
+from tests.fixtures.actions_sim import ActionsSim
+from tests.scenario.conftest import Kube
 from tests.scenario.runner_set_helpers import create_ers, get_ers, runners, sim_scale_set
 
 pytestmark = pytest.mark.anyio
@@ -22,7 +26,7 @@ class NoActions:
         raise AssertionError("a scale-up needs no Actions client")
 
 
-async def frozen_cache(kube, namespace: str) -> Informer:
+async def frozen_cache(kube: Kube, namespace: str) -> Informer[EphemeralRunner]:
     """An informer that listed once and then stopped watching: it never observes a later write,
     the worst case of a lagging cache."""
     informer = Informer(kube.client, EPHEMERAL_RUNNERS, namespace=namespace)
@@ -32,7 +36,9 @@ async def frozen_cache(kube, namespace: str) -> Informer:
     return informer
 
 
-async def test_lagging_cache_never_over_creates(kube, bus, namespace, actions_sim, github_secret):
+async def test_lagging_cache_never_over_creates(
+    kube: Kube, bus: Bus, namespace: str, actions_sim: ActionsSim, github_secret: str
+) -> None:
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     key = ObjectKey(namespace, "set")

@@ -6,7 +6,7 @@ nats-server and the Actions simulator. The "broken spec" is a template without a
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,10 +19,11 @@ from services.runner_set.failures import ANNOTATION_REPLACES, FailurePolicy
 from services.runner_set.worker import WORKER
 from shared.api import EphemeralRunner
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION
-from shared.bus import DesiredState, ResourceRef
+from shared.bus import Bus, DesiredState, ResourceRef
 from shared.kube import EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, EVENTS, Conflict, ObjectKey
-from shared.worker import running_worker
-from tests.scenario.conftest import wait_for
+from shared.worker import WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.runner_set_helpers import create_ers, get_ers, runners, sim_scale_set
 from tests.scenario.test_runner_helpers import FAST
 
@@ -53,7 +54,12 @@ class Seen:
 
 @asynccontextmanager
 async def both_workers(
-    kube, namespace, actions_sim, github_secret, worker_settings, policy: FailurePolicy
+    kube: Kube,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+    policy: FailurePolicy,
 ) -> AsyncIterator[tuple[Any, Seen]]:
     ss = await sim_scale_set(actions_sim)
     await create_ers(
@@ -91,23 +97,29 @@ async def both_workers(
             tg.cancel_scope.cancel()
 
 
-async def failed_runners(kube, namespace) -> list[EphemeralRunner]:
+async def failed_runners(kube: Kube, namespace: str) -> list[EphemeralRunner]:
     return [r for r in await runners(kube, namespace) if r.status is not None and str(r.status.phase) == "Failed"]
 
 
-async def ers_events(kube, namespace) -> list[Any]:
+async def ers_events(kube: Kube, namespace: str) -> list[Any]:
     items = (await kube.reader.list(EVENTS, namespace=namespace)).items
     return [e for e in items if e.involved_object.kind == "EphemeralRunnerSet" and e.involved_object.name == "set"]
 
 
 async def test_failed_runner_is_replaced_after_the_ttl_and_not_before(
-    kube, bus, namespace, actions_sim, github_secret, worker_settings
-):
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     ttl = 3.0
     policy = FailurePolicy(failed_runner_ttl=ttl, budget_failures=0)  # TTL only
     async with both_workers(kube, namespace, actions_sim, github_secret, worker_settings, policy) as (_, seen):
         await bus.publish(desired(namespace, 1, patch=5))  # a non-zero patch ID: ARC would never replace it
         first = (await wait_for(lambda: failed_runners(kube, namespace), what="a Failed runner"))[0]
+        assert first.status is not None
         assert first.status.reason == "InvalidPod"
         failed_at = failures.failed_at(first)
         assert failed_at is not None and ("actions.github.com/failed-at" in first.metadata.annotations)
@@ -147,8 +159,13 @@ async def test_failed_runner_is_replaced_after_the_ttl_and_not_before(
 
 
 async def test_crash_looping_spec_backs_off_without_churn_and_a_revision_bump_resets_it(
-    kube, bus, namespace, actions_sim, github_secret, worker_settings
-):
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     ttl, base = 0.3, 4.0
     policy = FailurePolicy(
         failed_runner_ttl=ttl, budget_failures=2, budget_window=120, backoff_base=base, backoff_max=8
@@ -212,22 +229,22 @@ async def test_crash_looping_spec_backs_off_without_churn_and_a_revision_bump_re
 # --- helpers ------------------------------------------------------------------------------------------
 
 
-def _org(actions_sim) -> str:
+def _org(actions_sim: ActionsSim) -> str:
     from shared.actions import parse_config_url
 
     return parse_config_url(actions_sim.config_url()).organization
 
 
-async def _failed_count_is(kube, namespace, n: int) -> bool:
+async def _failed_count_is(kube: Kube, namespace: str, n: int) -> bool:
     ers = await get_ers(kube, namespace)
     return ers.status is not None and ers.status.failed_ephemeral_runners == n
 
 
-async def _events_with(kube, namespace, reason: str) -> list[Any]:
+async def _events_with(kube: Kube, namespace: str, reason: str) -> list[Any]:
     return [e for e in await ers_events(kube, namespace) if e.reason == reason]
 
 
-async def _patch_spec(kube, namespace, spec: dict[str, Any]) -> None:
+async def _patch_spec(kube: Kube, namespace: str, spec: dict[str, Any]) -> None:
     for _ in range(20):
         current = await get_ers(kube, namespace)
         try:
@@ -243,7 +260,14 @@ async def _patch_spec(kube, namespace, spec: dict[str, Any]) -> None:
     raise AssertionError("could not patch the ERS spec")
 
 
-async def test_backoff_survives_a_runner_set_restart(kube, bus, namespace, actions_sim, github_secret, worker_settings):
+async def test_backoff_survives_a_runner_set_restart(
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     """The backoff is a timestamp on the ERS, not a timer in a process: a new runner-set instance
     creates nothing until the recorded end, then resumes."""
     policy = FailurePolicy(failed_runner_ttl=0.3, budget_failures=1, budget_window=120, backoff_base=6, backoff_max=6)
@@ -287,8 +311,13 @@ async def test_backoff_survives_a_runner_set_restart(kube, bus, namespace, actio
 
 
 async def test_a_runner_that_gets_a_job_resets_the_budget(
-    kube, bus, namespace, actions_sim, github_secret, worker_settings
-):
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     """Failures made by hand (as the runner worker would: failed-at stamp, then phase Failed); after
     the backoff the swapped-in runners are created, one gets a job → the budget is reset."""
     from tests.scenario.runner_set_helpers import fake_runner_worker, set_runner_status
@@ -312,7 +341,7 @@ async def test_a_runner_that_gets_a_job_resets_the_budget(
             await kube.writer.patch_merge(
                 EPHEMERAL_RUNNERS,
                 EPHEMERAL_RUNNERS.key_of(r),
-                {"metadata": {"annotations": {failures.ANNOTATION_FAILED_AT: dt.datetime.now(dt.UTC).isoformat()}}},
+                {"metadata": {"annotations": {failures.ANNOTATION_FAILED_AT: dt.datetime.now(dt.UTC).isoformat()}}},  # type: ignore[attr-defined]  # imported there from shared.api.constants
             )
             await set_runner_status(kube, r, phase="Failed", reason="TooManyPodFailures", message="made by the test")
         await wait_for(lambda: _events_with(kube, namespace, "RunnerFailureBackoff"), what="RunnerFailureBackoff event")
@@ -333,6 +362,6 @@ async def test_a_runner_that_gets_a_job_resets_the_budget(
         assert record is not None and record.level == 0 and record.failures == {} and record.reset_at is not None
 
 
-async def _live_is(kube, namespace, n: int) -> list[EphemeralRunner]:
+async def _live_is(kube: Kube, namespace: str, n: int) -> list[EphemeralRunner]:
     live = await runners(kube, namespace)
     return live if len(live) == n else []

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import pytest
 
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.worker import WORKER
-from shared.api import runner_revision
-from shared.bus import DesiredState, ResourceRef, RevisionApplied, RevisionPublished, subjects
+from shared.api import EphemeralRunner, EphemeralRunnerStatus, runner_revision
+from shared.bus import Bus, DesiredState, ResourceRef, RevisionApplied, RevisionPublished, subjects
 from shared.kube import EPHEMERAL_RUNNER_SETS, ObjectKey
-from shared.worker import running_worker
-from tests.scenario.conftest import wait_for
+from shared.worker import WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.runner_set_helpers import (
     create_ers,
     fake_runner_worker,
@@ -23,7 +27,7 @@ from tests.scenario.runner_set_helpers import (
 pytestmark = pytest.mark.anyio
 
 
-async def bump_revision(kube, bus, namespace: str, revision: int) -> None:
+async def bump_revision(kube: Kube, bus: Bus, namespace: str, revision: int) -> None:
     ers = await get_ers(kube, namespace)
     await kube.writer.patch_merge(
         EPHEMERAL_RUNNER_SETS,
@@ -39,18 +43,23 @@ async def bump_revision(kube, bus, namespace: str, revision: int) -> None:
     await bus.publish(RevisionPublished(ers=ResourceRef(namespace, "set"), revision=revision))
 
 
-async def applied(kube, namespace, revision):
+async def applied(kube: Kube, namespace: str, revision: int) -> bool:
     s = (await get_ers(kube, namespace)).status
     return s is not None and s.applied_actionable_revision == revision
 
 
-async def live(kube, namespace):
+async def live(kube: Kube, namespace: str) -> list[EphemeralRunner]:
     return await runners(kube, namespace)
 
 
 async def test_rollout_replaces_idle_keeps_busy_then_applies_and_publishes(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     async with (
@@ -71,18 +80,23 @@ async def test_rollout_replaces_idle_keeps_busy_then_applies_and_publishes(
             {"status": {"finishedRunnerCleanupPatchID": 5}},
             resource_version=ers.metadata.resource_version,
         )
-        old_ids = {r.status.runner_id for r in await live(kube, namespace) if r.metadata.name != busy.metadata.name}
+        old_ids = {
+            cast(EphemeralRunnerStatus, r.status).runner_id
+            for r in await live(kube, namespace)
+            if r.metadata.name != busy.metadata.name
+        }
 
         await bump_revision(kube, bus, namespace, 1)
         await wait_for(lambda: applied(kube, namespace, 1), what="appliedActionableRevision 1")
         ers = await get_ers(kube, namespace)
+        assert ers.status is not None
         assert ers.status.finished_runner_cleanup_patch_id is None  # cleared when a revision is applied
         msg = await wait_for(
             lambda: bus.last_message(subjects.revision_applied_subject(namespace, "set")), what="RevisionApplied"
         )
         assert isinstance(msg, RevisionApplied) and msg.revision == 1
 
-        async def rebuilt():
+        async def rebuilt() -> bool:
             rs = await live(kube, namespace)
             revs = sorted((r.metadata.name == busy.metadata.name, runner_revision(r.metadata)) for r in rs)
             return revs == [(False, 1), (False, 1), (True, 0)]
@@ -96,8 +110,13 @@ async def test_rollout_replaces_idle_keeps_busy_then_applies_and_publishes(
 
 
 async def test_outdated_current_holds_phase_stale_is_replaced(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     ss = await sim_scale_set(actions_sim)
     await create_ers(
         kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=1
@@ -128,7 +147,7 @@ async def test_outdated_current_holds_phase_stale_is_replaced(
         # b finishes and reports Outdated: stale (rev 1 < applied 2) → deleted and replaced
         await set_runner_status(kube, b, phase="Outdated", jobId="")
 
-        async def replaced():
+        async def replaced() -> bool:
             rs = await live(kube, namespace)
             return (
                 len(rs) == 2
@@ -140,19 +159,24 @@ async def test_outdated_current_holds_phase_stale_is_replaced(
         assert await _phase(kube, namespace, "Running")
 
 
-async def _registered(kube, namespace, n):
+async def _registered(kube: Kube, namespace: str, n: int) -> bool:
     rs = await runners(kube, namespace)
     return len(rs) == n and all(r.status and r.status.runner_id for r in rs)
 
 
-async def _phase(kube, namespace, phase):
+async def _phase(kube: Kube, namespace: str, phase: str) -> bool:
     s = (await get_ers(kube, namespace)).status
     return s is not None and s.phase == phase
 
 
 async def test_deletion_removes_idle_from_service_waits_for_busy_then_releases_finalizer(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     import aiohttp
 
     from shared.kube import NotFound
@@ -181,7 +205,11 @@ async def test_deletion_removes_idle_from_service_waits_for_busy_then_releases_f
         await wait_for(served, what="running-runners gauge at 3 on /metrics")
         busy = sorted(await live(kube, namespace), key=lambda r: r.metadata.name)[0]
         await set_runner_status(kube, busy, jobId="job-9")
-        idle_ids = {r.status.runner_id for r in await live(kube, namespace) if r.metadata.name != busy.metadata.name}
+        idle_ids = {
+            cast(EphemeralRunnerStatus, r.status).runner_id
+            for r in await live(kube, namespace)
+            if r.metadata.name != busy.metadata.name
+        }
 
         await kube.writer.delete(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"))
         await wait_for(
@@ -192,7 +220,7 @@ async def test_deletion_removes_idle_from_service_waits_for_busy_then_releases_f
 
         await set_runner_status(kube, busy, phase="Succeeded")
 
-        async def gone():
+        async def gone() -> bool:
             try:
                 await get_ers(kube, namespace)
             except NotFound:
@@ -202,13 +230,18 @@ async def test_deletion_removes_idle_from_service_waits_for_busy_then_releases_f
         await wait_for(gone, what="ERS gone once its last runner finished")
 
 
-async def _names(kube, namespace, names):
+async def _names(kube: Kube, namespace: str, names: set[str]) -> bool:
     return {r.metadata.name for r in await runners(kube, namespace)} == names
 
 
 async def test_proxy_secret_created_referenced_and_deleted_with_the_set(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     import base64
 
     from shared.api.names import runner_proxy_secret_name
@@ -245,7 +278,7 @@ async def test_proxy_secret_created_referenced_and_deleted_with_the_set(
         assert all(r.spec.proxy_secret_ref == name for r in await live(kube, namespace))
         await kube.writer.delete(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"))
 
-        async def all_gone():
+        async def all_gone() -> bool:
             try:
                 await get_ers(kube, namespace)
                 return False
@@ -258,13 +291,18 @@ async def test_proxy_secret_created_referenced_and_deleted_with_the_set(
         await wait_for(all_gone, what="runners, proxy Secret and ERS gone")
 
 
-async def _count_live(kube, namespace, n):
+async def _count_live(kube: Kube, namespace: str, n: int) -> bool:
     return len(await runners(kube, namespace)) == n
 
 
 async def test_parked_outdated_set_drains_idle_runners_busy_ones_finish(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     """Issue #14 item 3: when the scale-set worker parks an Outdated set (no listener; the ERS gets
     replicas 0, patchID 0), registered idle runners of the parked spec are removed from the service
     and deleted, so none takes a job nobody listens for; busy runners finish theirs."""
@@ -296,12 +334,13 @@ async def test_parked_outdated_set_drains_idle_runners_busy_ones_finish(
             resource_version=ers.metadata.resource_version,
         )
 
-        async def drained():
+        async def drained() -> bool:
             names = {r.metadata.name for r in await live(kube, namespace)}
             return names == {outdated.metadata.name, busy.metadata.name}
 
         await wait_for(drained, what="the idle runner drained")
         service = {r.id for r in await actions_sim.control.runners()}
+        assert idle.status is not None and busy.status is not None
         assert idle.status.runner_id not in service, "the drained runner must be removed from the service first"
         assert busy.status.runner_id in service
         assert await _phase(kube, namespace, "Outdated")

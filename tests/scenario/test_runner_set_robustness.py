@@ -3,36 +3,47 @@ malformed bus input, and a 409 injected on the status patch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import anyio
 import pytest
 
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.worker import WORKER
-from shared.bus import DesiredState, ResourceRef, subjects
+from shared.bus import Bus, DesiredState, ResourceRef, subjects
 from shared.kube import EVENTS, ObjectKey
-from shared.worker import running_worker
-from tests.scenario.conftest import wait_for
+from shared.kube.objects import Event
+from shared.worker import WorkerContext, WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.runner_set_helpers import create_ers, fake_runner_worker, get_ers, runners, sim_scale_set
 
 pytestmark = pytest.mark.anyio
 
 
-def desired(namespace, *, replicas, patch=0, epoch=1):
+def desired(namespace: str, *, replicas: int, patch: int = 0, epoch: int = 1) -> DesiredState:
     return DesiredState(
         scale_set_id=1, ers=ResourceRef(namespace, "set"), patch_id=patch, replicas=replicas, listener_epoch=epoch
     )
 
 
 async def test_two_replicas_and_a_killed_one_never_duplicate_runners(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     key = ObjectKey(namespace, "set")
     peak = 0
     wanted = 0
 
-    async def monitor():
+    async def monitor() -> None:
         nonlocal peak
         while True:
             n = len(await runners(kube, namespace, include_deleting=True))
@@ -48,16 +59,22 @@ async def test_two_replicas_and_a_killed_one_never_duplicate_runners(
     ):
         await a.wait_ready()
         await b.wait_ready()
-        await wait_for(lambda: a.ctx.owns_key(key) != b.ctx.owns_key(key), timeout=20, what="exactly one owner")
+        await wait_for(
+            lambda: cast(WorkerContext, a.ctx).owns_key(key) != cast(WorkerContext, b.ctx).owns_key(key),
+            timeout=20,
+            what="exactly one owner",
+        )
         tg.start_soon(monitor)
         wanted = 5
         await bus.publish(desired(namespace, replicas=5))
         await wait_for(lambda: _count(kube, namespace, 5), what="5 runners")
-        owner, other = (a, b) if a.ctx.owns_key(key) else (b, a)
+        owner, other = (a, b) if cast(WorkerContext, a.ctx).owns_key(key) else (b, a)
         owner.kill()
         wanted = 9
         await bus.publish(desired(namespace, replicas=9))
-        await wait_for(lambda: other.ctx.owns_key(key), timeout=20, what="the survivor takes the shard over")
+        await wait_for(
+            lambda: cast(WorkerContext, other.ctx).owns_key(key), timeout=20, what="the survivor takes the shard over"
+        )
         await wait_for(lambda: _count(kube, namespace, 9), timeout=20, what="9 runners after the handover")
         with anyio.move_on_after(1.0):
             while True:  # and it stays exactly 9 (no late duplicate from the dead replica)
@@ -68,8 +85,13 @@ async def test_two_replicas_and_a_killed_one_never_duplicate_runners(
 
 
 async def test_malformed_and_invalid_desired_state_do_not_stop_the_worker(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     subject = subjects.desired_subject(namespace, "set")
@@ -80,7 +102,7 @@ async def test_malformed_and_invalid_desired_state_do_not_stop_the_worker(
         await bus.js.publish(subject, b'{"kind":"DesiredState","schemaVersion":99}')
         await bus.publish(desired(namespace, replicas=-3, patch=1))  # well-formed, invalid
 
-        async def event():
+        async def event() -> list[Event]:
             items = (await kube.reader.list(EVENTS, namespace=namespace)).items
             return [e for e in items if e.reason == "InvalidDesiredState"]
 
@@ -92,8 +114,14 @@ async def test_malformed_and_invalid_desired_state_do_not_stop_the_worker(
 
 
 async def test_conflict_on_status_patch_rereads_and_converges(
-    worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    kube_api: KubeApi,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     control = kube_api.require_emulator()
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
@@ -112,7 +140,7 @@ async def test_conflict_on_status_patch_rereads_and_converges(
         await bus.publish(desired(namespace, replicas=2))
         await wait_for(lambda: _count(kube, namespace, 2), what="2 runners")
 
-        async def converged():
+        async def converged() -> bool:
             s = (await get_ers(kube, namespace)).status
             return s is not None and s.current_replicas == 2 and s.pending_ephemeral_runners == 2
 
@@ -121,10 +149,10 @@ async def test_conflict_on_status_patch_rereads_and_converges(
         assert await _count(kube, namespace, 2)  # the conflict never caused extra runners
 
 
-async def _count(kube, namespace, n):
+async def _count(kube: Kube, namespace: str, n: int) -> bool:
     return len(await runners(kube, namespace, include_deleting=True)) == n
 
 
-async def _has_status(kube, namespace):
+async def _has_status(kube: Kube, namespace: str) -> bool:
     s = (await get_ers(kube, namespace)).status
     return s is not None and s.phase == "Running"

@@ -4,7 +4,9 @@ the finished-runner cleanup marker (seeds 000, 003). Emulator + nats-server + Ac
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import anyio
 import msgspec
@@ -15,11 +17,14 @@ from prometheus_client import REGISTRY
 from services.runner_set import decide
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.worker import WORKER
+from shared.api import EphemeralRunnerSet, EphemeralRunnerStatus, OwnerReference
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION, ANNOTATION_PATCH_ID, FINALIZER_EPHEMERAL_RUNNER_SET
-from shared.bus import DesiredState, ResourceRef
+from shared.bus import Bus, DesiredState, ResourceRef
 from shared.kube import AUTOSCALING_RUNNER_SETS, EPHEMERAL_RUNNER_SETS, ObjectKey
-from shared.worker import running_worker
-from tests.scenario.conftest import wait_for
+from shared.worker import WorkerContext, WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.runner_set_helpers import (
     create_ers,
     fake_runner_worker,
@@ -40,7 +45,7 @@ def desired(namespace: str, *, replicas: int, patch: int, epoch: int = 1, name: 
     )
 
 
-async def count(kube, namespace) -> int:
+async def count(kube: Kube, namespace: str) -> int:
     return len(await runners(kube, namespace))
 
 
@@ -56,7 +61,7 @@ def desired_handled() -> float:
     )
 
 
-async def publish_handled(bus, message: DesiredState) -> None:
+async def publish_handled(bus: Bus, message: DesiredState) -> None:
     """Publish and wait until the runner-set worker has handled the message, so that a following
     'nothing changes' observation covers the message instead of passing before it arrived."""
     before = desired_handled()
@@ -64,7 +69,7 @@ async def publish_handled(bus, message: DesiredState) -> None:
     await wait_for(lambda: desired_handled() > before, what="desired state handled")
 
 
-async def stays(kube, namespace, n: int, seconds: float = 1.0) -> None:
+async def stays(kube: Kube, namespace: str, n: int, seconds: float = 1.0) -> None:
     """Observe for a bounded window that the live runner count stays ``n`` (a 'consistently' check)."""
     with anyio.move_on_after(seconds):
         while True:
@@ -73,8 +78,13 @@ async def stays(kube, namespace, n: int, seconds: float = 1.0) -> None:
 
 
 async def test_desired_state_patch_protocol_and_epochs(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     ss = await sim_scale_set(actions_sim)
     await create_ers(
         kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss, revision=2
@@ -93,12 +103,14 @@ async def test_desired_state_patch_protocol_and_epochs(
         await wait_for(lambda: _count_is(kube, namespace, 3), what="3 runners")
         ers = await get_ers(kube, namespace)
         assert ers.spec.replicas == 3 and ers.spec.patch_id == 0
-        assert decide.parse_applied_desired(ers.metadata.annotations).epoch == 1
+        applied = decide.parse_applied_desired(ers.metadata.annotations)
+        assert applied is not None
+        assert applied.epoch == 1
         for r in await runners(kube, namespace):
             assert r.metadata.annotations[ANNOTATION_PATCH_ID] == "0"
             assert r.metadata.annotations[ANNOTATION_ACTIONABLE_REVISION] == "2"
             assert r.metadata.annotations["arc.test/runner-set-annotation"] == "initial"
-            assert r.metadata.controller_reference().uid == ers.metadata.uid
+            assert cast(OwnerReference, r.metadata.controller_reference()).uid == ers.metadata.uid
             assert r.metadata.labels["app.kubernetes.io/component"] == "runner"
         await wait_for(lambda: len(fake.registered) == 3, what="runners registered")
         await wait_for(lambda: _status(kube, namespace, current=3, running=3), what="status counts")
@@ -131,15 +143,20 @@ async def test_desired_state_patch_protocol_and_epochs(
         # four service removals and deletions (each a retry after 5 s if the service call fails):
         # a longer deadline, seen exceeding 20 s on an overloaded machine
         await wait_for(lambda: _count_is(kube, namespace, 2), timeout=60, what="scale down to 2")
-        live_ids = {r.status.runner_id for r in await runners(kube, namespace)}
+        live_ids = {cast(EphemeralRunnerStatus, r.status).runner_id for r in await runners(kube, namespace)}
         sim_ids = {r.id for r in await actions_sim.control.runners()}
         removed = set(fake.registered.values()) - live_ids
         assert removed and not (removed & sim_ids), "scaled-down runners must be removed from the service"
 
 
 async def test_finished_runners_reaped_once_no_replacement_and_descending_patch_ids(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     async with (
@@ -182,26 +199,26 @@ async def test_finished_runners_reaped_once_no_replacement_and_descending_patch_
         await wait_for(lambda: _count_is(kube, namespace, 2), what="scale-up after a fresh patch")
 
 
-async def _with_finalizer(kube, namespace):
+async def _with_finalizer(kube: Kube, namespace: str) -> EphemeralRunnerSet | None:
     ers = await get_ers(kube, namespace)
     return ers if FINALIZER_EPHEMERAL_RUNNER_SET in ers.metadata.finalizers else None
 
 
-async def _count_is(kube, namespace, n):
+async def _count_is(kube: Kube, namespace: str, n: int) -> bool:
     return await count(kube, namespace) == n
 
 
-async def _spec_is(kube, namespace, replicas, patch):
+async def _spec_is(kube: Kube, namespace: str, replicas: int, patch: int) -> bool:
     ers = await get_ers(kube, namespace)
     return ers.spec.replicas == replicas and ers.spec.patch_id == patch
 
 
-async def _marker_is(kube, namespace, marker):
+async def _marker_is(kube: Kube, namespace: str, marker: int) -> bool:
     ers = await get_ers(kube, namespace)
     return ers.status is not None and ers.status.finished_runner_cleanup_patch_id == marker
 
 
-async def _status(kube, namespace, *, current, running):
+async def _status(kube: Kube, namespace: str, *, current: int, running: int) -> bool:
     s = (await get_ers(kube, namespace)).status
     return (
         s is not None
@@ -215,8 +232,13 @@ _ = dt
 
 
 async def test_identical_desired_states_write_nothing(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     """The listener republishes its desired state on every poll; the ERS is written only when what
     it records changes (epoch, patchID, replicas). Counted from a watch of the ERS, so it holds on
     a real API server too: N identical publishes, then one changed one; exactly one write lands."""
@@ -242,7 +264,7 @@ async def test_identical_desired_states_write_nothing(
     assert '"patchId":2' in records[0]
 
 
-async def _collect_records(kube, namespace: str, since: str, last: str, records: list[str]) -> None:
+async def _collect_records(kube: Kube, namespace: str, since: str, last: str, records: list[str]) -> None:
     """Every change of the applied-desired-state annotation after ``since``, from a watch."""
     path = EPHEMERAL_RUNNER_SETS.collection_path(namespace)
     query = [("watch", "1"), ("resourceVersion", since), ("fieldSelector", "metadata.name=set")]
@@ -258,8 +280,14 @@ async def _collect_records(kube, namespace: str, since: str, last: str, records:
 
 
 async def test_lagging_informer_cache_never_creates_a_replacement_for_a_completed_job(
-    worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    kube_api: KubeApi,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     """Seed 001/003: the suppression must be decided on authoritative reads. With every watch event
     delayed, the worker's cache still shows the marker unset and the finished runner present; the
     reconciles that its own writes trigger must still not create a replacement."""
@@ -287,8 +315,14 @@ async def test_lagging_informer_cache_never_creates_a_replacement_for_a_complete
 
 
 async def test_failed_finished_runner_cleanup_is_a_reconcile_error_and_is_retried(
-    worker_settings, kube, kube_api, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    kube_api: KubeApi,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     """Seed 000: cleanup of finished runners is not deferred and its failures are not swallowed:
     a delete the API server refuses fails the reconcile (counted as an error) and is retried until
     the finished runner is gone — with the marker recorded first and no replacement made."""
@@ -304,7 +338,7 @@ async def test_failed_finished_runner_cleanup_is_a_reconcile_error_and_is_retrie
         await wait_for(lambda: _count_is(kube, namespace, 2), what="2 runners")
         await wait_for(lambda: len(fake.registered) == 2, what="registered")
         done = sorted(await runners(kube, namespace), key=lambda r: r.metadata.name)[0]
-        errors = w.ctx.registry.get_sample_value(
+        errors = cast(WorkerContext, w.ctx).registry.get_sample_value(
             "controller_runtime_reconcile_errors_total", {"controller": "ephemeralrunnerset"}
         )
         await control.add_fault_async(
@@ -314,7 +348,7 @@ async def test_failed_finished_runner_cleanup_is_a_reconcile_error_and_is_retrie
         await bus.publish(desired(namespace, replicas=2, patch=2))
         await wait_for(lambda: _marker_is(kube, namespace, 2), what="marker recorded before the reaping")
         await wait_for(lambda: _count_is(kube, namespace, 1), timeout=30, what="reaped after the retries")
-        after = w.ctx.registry.get_sample_value(
+        after = cast(WorkerContext, w.ctx).registry.get_sample_value(
             "controller_runtime_reconcile_errors_total", {"controller": "ephemeralrunnerset"}
         )
         assert (after or 0) >= (errors or 0) + 2, "each refused delete must fail its reconcile"
@@ -322,8 +356,13 @@ async def test_failed_finished_runner_cleanup_is_a_reconcile_error_and_is_retrie
 
 
 async def test_never_more_runners_than_max_runners_whatever_the_bus_or_spec_says(
-    worker_settings, kube, bus, namespace, actions_sim, github_secret
-):
+    worker_settings: Callable[..., WorkerSettings],
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+) -> None:
     """Defence in depth (the listener clamps too): a well-formed desired state above the set's
     maxRunners, from any publisher, is clamped to it, counted and logged; a spec.replicas written
     above it by hand creates no runner beyond it either."""
@@ -363,7 +402,7 @@ async def test_never_more_runners_than_max_runners_whatever_the_bus_or_spec_says
         def clamped() -> float:
             return sum(
                 sample.value
-                for family in w.ctx.registry.collect()
+                for family in cast(WorkerContext, w.ctx).registry.collect()
                 if family.name == "runnerscale_runner_set_max_runners_clamped"
                 for sample in family.samples
                 if sample.name.endswith("_total") and sample.labels["namespace"] == namespace

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -18,7 +18,7 @@ import yaml
 from services.embedded.actions_sim.world import Seed
 from services.scale_set.build import ars_listener_name
 from services.scale_set.worker import WORKER, ScaleSetSettings
-from shared.api import AutoscalingRunnerSet, to_dict
+from shared.api import AutoscalingRunnerSet, AutoscalingRunnerSetStatus, OwnerReference, to_dict
 from shared.api.constants import (
     ANNOTATION_RUNNER_GROUP_NAME,
     ANNOTATION_RUNNER_SCALE_SET_ID,
@@ -26,7 +26,7 @@ from shared.api.constants import (
     FINALIZER_AUTOSCALING_RUNNER_SET,
     LABEL_ORGANIZATION,
 )
-from shared.bus import RevisionPublished, subjects
+from shared.bus import Bus, RevisionPublished, subjects
 from shared.kube import (
     AUTOSCALING_LISTENERS,
     AUTOSCALING_RUNNER_SETS,
@@ -35,8 +35,9 @@ from shared.kube import (
     Invalid,
     ObjectKey,
 )
-from shared.worker import running_worker
-from tests.fixtures.actions_sim import start_actions_sim
+from shared.worker import WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim, start_actions_sim
+from tests.fixtures.apiserver import KubeApi
 from tests.scenario.conftest import Kube, create_secret, require_crds, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -47,7 +48,7 @@ LISTENER_IMAGE = "ghcr.io/example/runnerscale-listener:test"
 
 def manifest(namespace: str, config_url: str, secret: str, *, name: str = "minimal", **spec: Any) -> dict[str, Any]:
     """tests/data/arc/ars-minimal.yaml (an ARC chart-shaped ARS) pointed at the simulator."""
-    tree = yaml.safe_load((DATA / "ars-minimal.yaml").read_text())
+    tree: dict[str, Any] = yaml.safe_load((DATA / "ars-minimal.yaml").read_text())
     tree["metadata"].update(name=name, namespace=namespace)
     tree["metadata"]["labels"] = {"app.kubernetes.io/version": "0.14.2", "team": "platform"}
     tree["spec"].update(
@@ -78,7 +79,7 @@ def metric(w: Any, name: str, **labels: str) -> float:
     return w.ctx.registry.get_sample_value(name, labels) or 0.0
 
 
-async def get_ars(kube: Any, key: ObjectKey) -> AutoscalingRunnerSet | None:
+async def get_ars(kube: Kube, key: ObjectKey) -> AutoscalingRunnerSet | None:
     return await kube.reader.get_or_none(AUTOSCALING_RUNNER_SETS, key)
 
 
@@ -114,6 +115,7 @@ async def events_for(kube: Any, namespace: str, name: str) -> list[Any]:
 
 async def patch_template_container(kube: Any, key: ObjectKey, **fields: Any) -> None:
     ars = await get_ars(kube, key)
+    assert ars is not None
     template = to_dict(ars)["spec"]["template"]
     template["spec"]["containers"][0].update(fields)
     await kube.writer.patch_merge(
@@ -125,8 +127,12 @@ async def patch_template_container(kube: Any, key: ObjectKey, **fields: Any) -> 
 
 
 async def test_arc_manifest_registers_scale_set_and_creates_ers_and_listener(
-    kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     await require_crds(kube)
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace):
@@ -151,7 +157,7 @@ async def test_arc_manifest_registers_scale_set_and_creates_ers_and_listener(
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
         assert ers.spec.actionable_revision == 1
         assert ers.spec.ephemeral_runner_spec.runner_scale_set_id == scale_set_id
-        assert ers.metadata.controller_reference().uid == ars.metadata.uid
+        assert cast(OwnerReference, ers.metadata.controller_reference()).uid == ars.metadata.uid
         assert ers.spec.ephemeral_runner_spec.spec["containers"][0]["image"] == "ghcr.io/actions/actions-runner:latest"
 
         # Listener in the controller namespace with ARC's spec fields.
@@ -200,8 +206,13 @@ async def test_arc_manifest_registers_scale_set_and_creates_ers_and_listener(
 
 
 async def test_noop_reencoding_keeps_revision_and_image_change_bumps_once(
-    kube, bus, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace) as w:
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
@@ -268,8 +279,12 @@ async def _acted_on_new_generation(kube: Any, key: ObjectKey, old_generation: in
 
 
 async def test_min_max_change_patches_the_listener_in_place(
-    kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     """ARC deletes and re-creates the listener on any listener spec change; runnerscale patches it."""
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace):
@@ -298,8 +313,12 @@ async def test_min_max_change_patches_the_listener_in_place(
 
 
 async def test_outdated_guard_waits_for_applied_revision_then_parks(
-    kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace):
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
@@ -329,7 +348,12 @@ async def test_outdated_guard_waits_for_applied_revision_then_parks(
             a = await kube.reader.get_or_none(AUTOSCALING_LISTENERS, al_key)
             e = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
             s = await get_ars(kube, key)
-            return a is not None and not a.metadata.is_deleting and e.spec.replicas == 3 and s.status.phase == "Running"
+            return (
+                a is not None
+                and not a.metadata.is_deleting
+                and e.spec.replicas == 3
+                and cast(AutoscalingRunnerSetStatus, cast(AutoscalingRunnerSet, s).status).phase == "Running"
+            )
 
         await wait_for(lambda: _ars_current_runners(kube, key, 1), what="ERS status seen by the worker")
         await consistently(still_serving)
@@ -364,7 +388,9 @@ async def _gone(kube: Any, resource: Any, key: ObjectKey) -> bool:
 # --- runner group change -----------------------------------------------------------------------------
 
 
-async def test_runner_group_change_updates_the_service_and_moves_the_listener(kube, namespace, worker_settings):
+async def test_runner_group_change_updates_the_service_and_moves_the_listener(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings]
+) -> None:
     sim = start_actions_sim(seed=Seed(runner_groups=["team-a", "team-b"]))
     try:
         await create_secret(kube, namespace, "gh", {"github_token": sim.pat})
@@ -381,6 +407,7 @@ async def test_runner_group_change_updates_the_service_and_moves_the_listener(ku
             old_listener = ObjectKey(namespace, ars_listener_name(ars))
 
             fresh = await get_ars(kube, key)
+            assert fresh is not None
             await kube.writer.patch_merge(
                 AUTOSCALING_RUNNER_SETS,
                 key,
@@ -406,8 +433,12 @@ async def test_runner_group_change_updates_the_service_and_moves_the_listener(ku
 
 
 async def test_delete_removes_listener_ers_scale_set_then_finalizer(
-    kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace):
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
@@ -425,8 +456,13 @@ async def test_delete_removes_listener_ers_scale_set_then_finalizer(
 
 
 async def test_conflict_on_ers_patch_rereads_and_converges(
-    kube_api, kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube_api: KubeApi,
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     control = kube_api.require_emulator()
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace) as w:
@@ -455,8 +491,12 @@ async def test_conflict_on_ers_patch_rereads_and_converges(
 
 
 async def test_invalid_manifest_gets_an_event_and_no_service_call(
-    kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     key = ObjectKey(namespace, "broken")
     async with scale_set_worker(worker_settings, namespace) as w:
         await actions_sim.control.clear_requests()
@@ -476,6 +516,7 @@ async def test_invalid_manifest_gets_an_event_and_no_service_call(
         [event] = await wait_for(warned, what="InvalidSpec event")
         assert event.type == "Warning" and "githubConfigUrl" in event.message and "minRunners" in event.message
         ars = await wait_for(lambda: _with_phase(kube, key, "Invalid"), what="status Invalid")
+        assert ars.status is not None and ars.status.conditions is not None
         assert ars.status.observed_generation == 0
         [condition] = ars.status.conditions
         assert (condition.type, condition.status, condition.reason) == ("SpecValid", "False", "InvalidSpec")
@@ -491,6 +532,7 @@ async def test_invalid_manifest_gets_an_event_and_no_service_call(
             resource_version=ars.metadata.resource_version,
         )
         fixed = await settled(kube, key)
+        assert fixed.status is not None
         assert not fixed.status.conditions
 
 
@@ -502,7 +544,9 @@ async def test_invalid_manifest_gets_an_event_and_no_service_call(
         ({"minRunners": 2_147_483_648}, "spec.minRunners"),
     ],
 )
-async def test_crd_schema_refuses_what_no_component_accepts(kube, namespace, github_secret, change, field):
+async def test_crd_schema_refuses_what_no_component_accepts(
+    kube: Kube, namespace: str, github_secret: str, change: dict[str, Any], field: str
+) -> None:
     """Names become label values (<= 63) and runner counts int32 everywhere: refused at the door,
     never half-accepted (an ARS that says Running but whose listener can never start)."""
     await require_crds(kube)
@@ -515,8 +559,13 @@ async def test_crd_schema_refuses_what_no_component_accepts(kube, namespace, git
 
 
 async def test_ars_with_an_over_long_name_stored_earlier_is_reported_and_deletes(
-    kube_api, kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube_api: KubeApi,
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     """An ARS stored before the CRD bounded names (label values max 63): reported on the ARS, and its
     deletion completes (cleanup never lists with a label selector the API server refuses)."""
     kube_api.require_emulator("storing an object the current CRD schema refuses")
@@ -537,13 +586,16 @@ async def test_ars_with_an_over_long_name_stored_earlier_is_reported_and_deletes
         kube_api.call(lambda emu: schema_of(emu).update(metadata_schema))
     async with scale_set_worker(worker_settings, namespace):
         ars = await wait_for(lambda: _with_phase(kube, key, "Invalid"), what="status Invalid")
+        assert ars.status is not None and ars.status.conditions is not None
         assert "63" in ars.status.conditions[0].message
         assert FINALIZER_AUTOSCALING_RUNNER_SET in ars.metadata.finalizers
         await kube.writer.delete(AUTOSCALING_RUNNER_SETS, key)
         await wait_for(lambda: _gone(kube, AUTOSCALING_RUNNER_SETS, key), what="over-long ARS deleted")
 
 
-async def test_missing_secret_gets_an_event_and_recovers_when_created(kube, namespace, worker_settings, actions_sim):
+async def test_missing_secret_gets_an_event_and_recovers_when_created(
+    kube: Kube, namespace: str, worker_settings: Callable[..., WorkerSettings], actions_sim: ActionsSim
+) -> None:
     key = ObjectKey(namespace, "nosecret")
     async with scale_set_worker(worker_settings, namespace, credentials_requeue=0.5):
         await kube.writer.create(
@@ -570,8 +622,12 @@ async def _with_phase(kube: Any, key: ObjectKey, phase: str) -> AutoscalingRunne
 
 
 async def test_scale_set_deleted_at_the_service_is_re_registered(
-    kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     key = ObjectKey(namespace, "minimal")
     async with scale_set_worker(worker_settings, namespace, verify_interval=0.5):
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
@@ -581,6 +637,7 @@ async def test_scale_set_deleted_at_the_service_is_re_registered(
 
         async def re_registered() -> Any:
             a = await get_ars(kube, key)
+            assert a is not None
             new = int(a.metadata.annotations.get(ANNOTATION_RUNNER_SCALE_SET_ID, "0"))
             return new if new not in (0, old_id) else None
 
@@ -603,8 +660,12 @@ async def test_scale_set_deleted_at_the_service_is_re_registered(
 
 
 async def test_two_replicas_register_each_scale_set_once_and_survive_a_crash(
-    kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     names = ["set-a", "set-b", "set-c", "set-d"]
     async with (
         scale_set_worker(worker_settings, namespace, replica="a", shards=4) as a,
@@ -641,8 +702,12 @@ async def test_two_replicas_register_each_scale_set_once_and_survive_a_crash(
 
 
 async def test_unknown_runner_group_gets_an_event_and_no_scale_set(
-    kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     async with scale_set_worker(worker_settings, namespace):
         await kube.writer.create(
             AUTOSCALING_RUNNER_SETS,
@@ -657,7 +722,13 @@ async def test_unknown_runner_group_gets_an_event_and_no_scale_set(
         assert (await _with_phase(kube, ObjectKey(namespace, "nogroup"), "Pending")) is not None
 
 
-async def test_service_error_is_reported_and_retried(kube, namespace, worker_settings, github_secret, actions_sim):
+async def test_service_error_is_reported_and_retried(
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     key = ObjectKey(namespace, "minimal")
     await actions_sim.control.set_fault("get_scale_set_by_name", kind="status", status=400, count=2)
     async with scale_set_worker(worker_settings, namespace):
@@ -672,8 +743,13 @@ async def test_service_error_is_reported_and_retried(kube, namespace, worker_set
 
 
 async def test_child_rejected_by_the_api_server_is_an_event_not_a_crash_loop(
-    kube_api, kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube_api: KubeApi,
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     control = kube_api.require_emulator()
     key = ObjectKey(namespace, "minimal")
     await control.add_fault_async(
@@ -696,8 +772,13 @@ async def _events_with(kube: Kube, namespace: str, name: str, reason: str) -> li
 
 
 async def test_worker_dying_between_ers_spec_and_status_writes_moves_the_revision_by_one(
-    kube_api, kube, namespace, worker_settings, github_secret, actions_sim
-):
+    kube_api: KubeApi,
+    kube: Kube,
+    namespace: str,
+    worker_settings: Callable[..., WorkerSettings],
+    github_secret: str,
+    actions_sim: ActionsSim,
+) -> None:
     """Issue #14 item 4 (seeds 001/003: the status is written last, so a crash redoes the work
     without repeating it): a worker writes the ERS spec (revision + 1) and never gets its ARS status
     written (every status write fails), then stops. The next worker finds the ERS spec already
@@ -730,6 +811,7 @@ async def test_worker_dying_between_ers_spec_and_status_writes_moves_the_revisio
     async with scale_set_worker(worker_settings, namespace, replica="ss1"):
         await wait_for(lambda: revision_is(before + 1), what="ERS spec written with the next revision")
         current = await get_ars(kube, key)
+        assert current is not None and current.status is not None
         assert current.status.observed_generation == ars.metadata.generation  # its status write never landed
     await control.clear_faults_async()
     async with scale_set_worker(worker_settings, namespace, replica="ss2"):

@@ -6,18 +6,22 @@ would have survived, then handles a bus message again once NATS is back."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import anyio
 import pytest
 
 from services.runner.worker import WORKER
+from shared.bus import Bus
 from shared.bus.messages import JobStarted
 from shared.kube.leases import KubeShardOwnership
-from shared.worker import SettingsError, running_worker
+from shared.worker import SettingsError, WorkerContext, WorkerSettings, running_worker
 from shared.worker.runtime import shard_group
 from shared.worker.settings import add_worker_arguments, load_worker_settings
-from tests.scenario.conftest import wait_for
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.nats import NatsServer
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.test_runner_helpers import FAST, RunnerEnv, register_scale_set
 from tests.scenario.test_runner_jobs import EXPECTED, _event, _job_fields, _registered
 
@@ -63,7 +67,13 @@ def test_ownership_settings_default_to_kubernetes_leases() -> None:
 
 
 async def test_runner_worker_keeps_reconciling_through_a_nats_outage(
-    kube, namespace, actions_sim, github_secret, worker_settings, nats_server, bus
+    kube: Kube,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+    nats_server: NatsServer,
+    bus: Bus,
 ) -> None:
     env = RunnerEnv(kube, namespace, actions_sim, await register_scale_set(actions_sim), github_secret)
     settings = worker_settings("r0", bus={"shards": 2}, ownership="kube", lease_duration=3.0)
@@ -71,6 +81,7 @@ async def test_runner_worker_keeps_reconciling_through_a_nats_outage(
         await w.wait_ready()
         env.worker = w
         ctx = w.ctx
+        assert ctx is not None
         assert isinstance(ctx.shards, KubeShardOwnership)
         await wait_for(lambda: len(ctx.shards.owned_shards()) == 2, what="both shards owned")
         await env.create_er("er-before")
@@ -106,12 +117,14 @@ async def test_runner_worker_keeps_reconciling_through_a_nats_outage(
         await wait_for(recorded, timeout=30, what="job fields on status after NATS returned")
 
 
-async def test_ownership_nats_still_selects_nats_kv_leases(worker_settings) -> None:
+async def test_ownership_nats_still_selects_nats_kv_leases(worker_settings: Callable[..., WorkerSettings]) -> None:
     from shared.bus import ShardOwnership
 
     async with running_worker(
         "ownership-nats-test", worker_settings("r0", bus={"shards": 2}, ownership="nats"), lambda ctx: []
     ) as w:
         await w.wait_ready()
-        assert isinstance(w.ctx.shards, ShardOwnership)
-        await wait_for(lambda: len(w.ctx.shards.owned_shards()) == 2, what="both shards owned through NATS KV")
+        assert isinstance(cast(WorkerContext, w.ctx).shards, ShardOwnership)
+        await wait_for(
+            lambda: len(cast(WorkerContext, w.ctx).shards.owned_shards()) == 2, what="both shards owned through NATS KV"
+        )

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
 import aiohttp
 import anyio
 import pytest
 
-from shared.bus import DesiredState, ResourceRef, subjects
-from shared.kube import DONE, SECRETS, ObjectKey, ReconcileContext, Result
-from shared.worker import running_worker
-from tests.scenario.conftest import wait_for
+from shared.bus import Bus, DesiredState, ResourceRef, subjects
+from shared.kube import DONE, SECRETS, Controller, ObjectKey, ReconcileContext, Result
+from shared.worker import WorkerContext, WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.fixtures.apiserver import KubeApi
+from tests.fixtures.nats import NatsServer
+from tests.scenario.conftest import Kube, wait_for
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_worker_runs_controllers_serves_http_and_routes_bus(worker_settings, kube, bus, namespace):
+async def test_worker_runs_controllers_serves_http_and_routes_bus(
+    worker_settings: Callable[..., WorkerSettings], kube: Kube, bus: Bus, namespace: str
+) -> None:
     seen: list[ObjectKey] = []
 
-    def setup(ctx):
+    def setup(ctx: WorkerContext) -> list[Controller]:
         secrets = ctx.informers(SECRETS)
 
         async def reconcile(key: ObjectKey, ctx: ReconcileContext) -> Result:
@@ -50,21 +59,29 @@ async def test_worker_runs_controllers_serves_http_and_routes_bus(worker_setting
     assert w.done and w.failure is None
 
 
-async def test_kill_keeps_leases_and_peer_takes_over(worker_settings, namespace):
-    def setup(ctx):
+async def test_kill_keeps_leases_and_peer_takes_over(
+    worker_settings: Callable[..., WorkerSettings], namespace: str
+) -> None:
+    def setup(ctx: WorkerContext) -> list[Controller]:
         return []
 
     async with running_worker("takeover-test", worker_settings("a", bus={"shards": 2}), setup) as a:
         await a.wait_ready()
-        await wait_for(lambda: len(a.ctx.shards.owned_shards()) == 2, what="a owns all shards")
+        await wait_for(lambda: len(cast(WorkerContext, a.ctx).shards.owned_shards()) == 2, what="a owns all shards")
         async with running_worker("takeover-test", worker_settings("b", bus={"shards": 2}), setup) as b:
             await b.wait_ready()
             a.kill()
             await a.wait_done(10)
-            await wait_for(lambda: len(b.ctx.shards.owned_shards()) == 2, timeout=15, what="b takes over a's shards")
+            await wait_for(
+                lambda: len(cast(WorkerContext, b.ctx).shards.owned_shards()) == 2,
+                timeout=15,
+                what="b takes over a's shards",
+            )
 
 
-async def test_actions_client_pool_caches_and_rebuilds_on_secret_change(kube, namespace, actions_sim):
+async def test_actions_client_pool_caches_and_rebuilds_on_secret_change(
+    kube: Kube, namespace: str, actions_sim: ActionsSim
+) -> None:
     import base64
 
     from shared.api import ConfigMapKeySelector, TLSCertificateSource, TLSConfig
@@ -112,10 +129,13 @@ def _free_port() -> int:
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-async def test_cli_process_becomes_ready_and_stops_cleanly_on_sigterm(kube_api, nats_server, namespace, tmp_path):
+async def test_cli_process_becomes_ready_and_stops_cleanly_on_sigterm(
+    kube_api: KubeApi, nats_server: NatsServer, namespace: str, tmp_path: Path
+) -> None:
     import json
     import signal
     import subprocess
@@ -150,7 +170,7 @@ async def test_cli_process_becomes_ready_and_stops_cleanly_on_sigterm(kube_api, 
     )
     try:
 
-        async def ready():
+        async def ready() -> bool:
             assert proc.poll() is None, "worker exited early"
             try:
                 async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{health}/readyz") as r:
@@ -174,13 +194,15 @@ async def test_cli_process_becomes_ready_and_stops_cleanly_on_sigterm(kube_api, 
         log_file.close()
 
 
-async def test_bad_flag_exits_2():
-    from services.runner_set.__main__ import main
+async def test_bad_flag_exits_2() -> None:
+    from services.runner_set.__main__ import main  # type: ignore[attr-defined]  # imported there, not re-exported
 
     assert main(["--workers", "zero"]) == 2
 
 
-async def test_body_errors_propagate_unwrapped_and_dead_nats_fails_start(worker_settings):
+async def test_body_errors_propagate_unwrapped_and_dead_nats_fails_start(
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     from shared.bus import BusUnavailable
 
     with pytest.raises(KeyError):
@@ -192,7 +214,9 @@ async def test_body_errors_propagate_unwrapped_and_dead_nats_fails_start(worker_
             pass
 
 
-async def test_readiness_waits_for_every_part_and_a_stop_while_starting_ends_the_start(worker_settings):
+async def test_readiness_waits_for_every_part_and_a_stop_while_starting_ends_the_start(
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     """An informer that cannot list (a kind the API server does not serve) never says it is up:
     /readyz stays 503 and wait_ready times out; a stop still ends the worker promptly."""
     from shared.kube import Resource
@@ -200,7 +224,7 @@ async def test_readiness_waits_for_every_part_and_a_stop_while_starting_ends_the
 
     unserved = Resource("example.invalid", "v1", "nothings", "Nothing", ConfigMap)
 
-    def setup(ctx):
+    def setup(ctx: WorkerContext) -> list[Controller]:
         c = ctx.controller("never-synced", _done, ctx.for_(ctx.informers(unserved)))
         return [c]
 
@@ -219,7 +243,9 @@ async def _done(key: ObjectKey, ctx: ReconcileContext) -> Result:
     return DONE
 
 
-async def test_a_second_sigterm_stops_at_once_without_draining(worker_settings, kube, namespace):
+async def test_a_second_sigterm_stops_at_once_without_draining(
+    worker_settings: Callable[..., WorkerSettings], kube: Kube, namespace: str
+) -> None:
     """The first SIGTERM waits for the in-flight reconcile (up to shutdown_timeout, 60 s here);
     a second one stops at once and run_worker returns 1."""
     import logging
@@ -238,7 +264,7 @@ async def test_a_second_sigterm_stops_at_once_without_draining(worker_settings, 
             finished.set()
         return DONE
 
-    def setup(ctx):
+    def setup(ctx: WorkerContext) -> list[Controller]:
         return [ctx.controller("stuck", stuck, ctx.for_(ctx.informers(SECRETS)))]
 
     await kube.writer.create(SECRETS, {"metadata": {"name": "s1", "namespace": namespace}, "data": {}})
