@@ -9,7 +9,7 @@ import pytest
 from shared.bus import Bus, Delivery, OutboxFull, PublishFailed, subjects
 from shared.bus.messages import subject_for
 from tests.bus.conftest import metric, wait_for
-from tests.unit.test_bus_messages import samples
+from tests.unit.shared.bus.test_messages import samples
 
 pytestmark = pytest.mark.anyio
 
