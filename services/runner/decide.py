@@ -2,7 +2,7 @@
 
 Every function here is deterministic in its arguments (``now`` is passed in) and does no I/O, so
 the whole failure tree of ARC's EphemeralRunner reconciler (README "runner worker") is unit-tested without servers
-(tests/unit/test_runner_worker_decide.py). The async shell (:mod:`services.runner.reconciler`)
+(tests/unit/services/runner/test_decide.py). The async shell (:mod:`services.runner.reconciler`)
 re-reads the objects, calls these, and performs the one write they ask for.
 """
 

@@ -14,7 +14,7 @@ from shared.bus.subjects import ConsumerSpec, DeliverFrom
 from tests.bus.conftest import metric, wait_for
 from tests.fixtures.nats import NatsServer
 from tests.support.eventually import eventually
-from tests.unit.test_bus_messages import samples
+from tests.unit.shared.bus.test_messages import samples
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ from shared.bus import Bus, BusSettings, Delivery, DesiredState, JobStarted, Out
 from shared.bus.messages import subject_for
 from tests.bus.conftest import metric, wait_for
 from tests.fixtures.nats import NatsServer
-from tests.unit.test_bus_messages import samples
+from tests.unit.shared.bus.test_messages import samples
 
 pytestmark = pytest.mark.anyio
 

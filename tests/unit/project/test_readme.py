@@ -2,12 +2,12 @@
 stream, durable consumer and KV bucket (with a nats CLI command), and the two make targets."""
 
 import re
-from pathlib import Path
 
 from shared.bus import subjects
 from shared.cli import SUBCOMMANDS
+from tests.support.paths import REPO
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (REPO / "README.md").read_text()
 
 
 def test_first_screen_shows_the_two_commands() -> None:
@@ -54,7 +54,7 @@ def test_every_worker_flag_and_environment_variable_is_documented() -> None:
 
 
 def test_readme_references_in_code_name_existing_sections() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = REPO
     headings = {m.group(1).strip() for m in re.finditer(r"^#{2,4} (.+)$", README, re.M)}
     broken = []
     for package in ("shared", "services"):

@@ -4,7 +4,6 @@ driven over objects shaped exactly as ARC 0.14.2 and the integrity-hash era writ
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -22,8 +21,9 @@ from shared.api.constants import (
     FINALIZER_EPHEMERAL_RUNNER,
     FINALIZER_EPHEMERAL_RUNNER_SET,
 )
+from tests.support.paths import TEST_DATA
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "arc" / "takeover"
+DATA = TEST_DATA / "arc" / "takeover"
 OPTIONS = BuildOptions(controller_namespace="arc-systems", listener_image="ghcr.io/example/runnerscale:1")
 TARGET_UID = "00000000-0000-4000-8000-0000000000ff"
 NAME = "arc-runner-set"

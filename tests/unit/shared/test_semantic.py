@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +19,9 @@ from shared.semantic import (
     semantic_derivative,
     semantic_equal,
 )
+from tests.support.paths import TEST_DATA
 
-ARC_DATA = Path(__file__).resolve().parent.parent / "data" / "arc"
+ARC_DATA = TEST_DATA / "arc"
 
 
 def load(name: str) -> dict[str, Any]:

@@ -18,8 +18,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.controlplane import build, cluster, pki
+from tests.support import paths
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = paths.REPO
 
 
 def test_versions_come_from_the_wrapper_modules() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 
 from services.scale_set.build import (
@@ -38,8 +36,9 @@ from shared.api.names import (
     trim_label_value,
     url_labels,
 )
+from tests.support.paths import TEST_DATA
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "arc"
+DATA = TEST_DATA / "arc"
 OPTIONS = BuildOptions(
     controller_namespace="arc-systems", listener_image="ghcr.io/example/listener:1", image_pull_secrets=("ghcr-pull",)
 )

@@ -26,8 +26,9 @@ from shared.api import (
     to_dict,
 )
 from shared.cli import main as runnerscale
+from tests.support import paths
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = paths.REPO
 CRD_DIR = REPO / "deploy" / "crds"
 ARC_DATA = REPO / "tests" / "data" / "arc"
 MANIFESTS = sorted(

@@ -13,7 +13,7 @@ from services.listener_pod import build, decide
 from shared.bus import BusSettings
 from shared.listener_config import parse_config
 from shared.settings import InvalidSetting
-from tests.unit.test_listener_pod_desired import PAT, make_al
+from tests.unit.services.listener_pod.test_desired import PAT, make_al
 
 OWN = build.BusPassThrough.from_bus_settings(
     BusSettings(nats_urls=("nats://nats:4222",), user="listener-pod", password="worker-password-1")

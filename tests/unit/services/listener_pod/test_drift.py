@@ -11,7 +11,7 @@ from shared.api.constants import ANNOTATION_LISTENER_CONFIG_RESOURCE_VERSION
 from shared.backoff import Backoff
 from shared.kube.objects import Pod
 from shared.semantic import semantic_equal
-from tests.unit.test_listener_pod_desired import SETTINGS, make_al
+from tests.unit.services.listener_pod.test_desired import SETTINGS, make_al
 
 RV = "101"
 

@@ -27,7 +27,7 @@ from shared.api.constants import (
     ANNOTATION_RUNNER_SCALE_SET_ID,
     ANNOTATION_RUNNER_SCALE_SET_NAME,
 )
-from tests.unit.test_scale_set_build import OPTIONS, load_ars
+from tests.unit.services.scale_set.test_build import OPTIONS, load_ars
 
 Obj = TypeVar("Obj", bound=CustomObject)
 

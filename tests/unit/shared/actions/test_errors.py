@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -25,8 +24,9 @@ from shared.actions import (
 )
 from shared.actions.http import HttpResponse, Surface, classify_error, describe_request
 from shared.log import register_secret
+from tests.support.paths import TEST_DATA
 
-DATA = Path(__file__).parent.parent / "data" / "actions"
+DATA = TEST_DATA / "actions"
 
 
 def response(

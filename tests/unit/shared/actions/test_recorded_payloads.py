@@ -4,7 +4,6 @@ the real field names (``RunnerSetting``, ``encodedJITConfig``, camelCase, snake_
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TypeVar
 
 import msgspec
@@ -23,9 +22,10 @@ from shared.actions.models import (
     SessionRequest,
     TokenResponse,
 )
+from tests.support.paths import TEST_DATA
 
 T = TypeVar("T")
-DATA = Path(__file__).parent.parent / "data" / "actions"
+DATA = TEST_DATA / "actions"
 
 
 def load(name: str, typ: type[T]) -> T:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,10 +16,11 @@ import yaml
 from shared.api import KIND_BY_NAME, EphemeralRunnerSet, EphemeralRunnerSetPhase, decode, status_patch, to_dict
 from shared.semantic import semantic_equal
 from tests.fixtures.apiserver import KubeApi
+from tests.support.paths import TEST_DATA
 
 pytestmark = pytest.mark.anyio
 
-ARC_DATA = Path(__file__).resolve().parent.parent / "data" / "arc"
+ARC_DATA = TEST_DATA / "arc"
 MANIFESTS = [
     "ars-dind.yaml",
     "ars-kubernetes.yaml",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -18,9 +17,10 @@ from shared.api import (
     decode,
     validate,
 )
+from tests.support.paths import TEST_DATA
 
 T = TypeVar("T")
-ARC_DATA = Path(__file__).resolve().parent.parent / "data" / "arc"
+ARC_DATA = TEST_DATA / "arc"
 
 
 def load(cls: type[T], name: str, mutate: Callable[[dict[str, Any]], None] | None = None) -> T:

@@ -6,7 +6,6 @@ import copy
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -37,8 +36,9 @@ from shared.api import (
     runner_revision,
     to_dict,
 )
+from tests.support.paths import TEST_DATA
 
-ARC_DATA = Path(__file__).resolve().parent.parent / "data" / "arc"
+ARC_DATA = TEST_DATA / "arc"
 # The ARC objects among the sample files (the others are pod trees for the semantic tests).
 SAMPLES = sorted(
     p.name

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -36,8 +35,9 @@ from shared.api import (
     status_patch,
     to_dict,
 )
+from tests.support.paths import TEST_DATA
 
-ARC_DATA = Path(__file__).resolve().parent.parent / "data" / "arc"
+ARC_DATA = TEST_DATA / "arc"
 SAMPLES = sorted(
     p.name
     for p in ARC_DATA.glob("*.yaml")

@@ -14,9 +14,9 @@ def test_this_test_is_marked_pure(request: pytest.FixtureRequest) -> None:
 @pytest.mark.parametrize(
     ("nodeid", "fixtures", "pure"),
     [
-        ("tests/unit/test_semantic.py::test_x", ["anyio_backend"], True),
-        ("tests/unit/test_crds_apiserver.py::test_x[emulator]", ["kube_api", "namespace"], False),
-        ("tests/unit/test_nats_fixture.py::test_x", ["nats_server"], False),
+        ("tests/unit/shared/test_semantic.py::test_x", ["anyio_backend"], True),
+        ("tests/unit/shared/test_crds_apiserver.py::test_x[emulator]", ["kube_api", "namespace"], False),
+        ("tests/unit/suite/test_nats_fixture.py::test_x", ["nats_server"], False),
         ("tests/unit/test_sim.py::test_x", ["actions_sim"], False),
         ("tests/kube/test_informer.py::test_stale_event_detection_is_numeric", [], False),
         ("tests/scenario/test_runner_jobs.py::test_x[emulator]", ["kube_api"], False),

@@ -2,11 +2,11 @@
 
 import itertools
 import shlex
-from pathlib import Path
 
 from shared.cli import SUBCOMMANDS
+from tests.support.paths import REPO
 
-PROCFILE = Path(__file__).resolve().parents[2] / "Procfile"
+PROCFILE = REPO / "Procfile"
 
 
 def _entries() -> dict[str, list[str]]:
