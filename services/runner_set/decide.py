@@ -332,6 +332,26 @@ class Plan:
     requeue_after: float | None = None
 
 
+# Status fields that only count runners: a write of these alone may wait for the set's status
+# window (README "runner-set worker", status writes), so a burst of runner changes makes one
+# status write per window. Everything else (phase, applied revision, cleanup marker) is written
+# in the pass that decides it.
+COUNT_FIELDS = frozenset(
+    {"currentReplicas", "pendingEphemeralRunners", "runningEphemeralRunners", "failedEphemeralRunners"}
+)
+STATUS_WINDOW = 1.0  # seconds between two count-only status writes of one set
+
+
+def status_wait(fields: dict[str, Any] | None, since_last: float | None, window: float = STATUS_WINDOW) -> float:
+    """Seconds a status write of ``fields`` waits (0: write now). Only count-only writes wait, and
+    only until ``window`` seconds after the set's previous status write (``since_last`` seconds
+    ago; None: none yet). The pass that comes back then recomputes the counts from its own read,
+    so the stored counts are exact at most one window (plus one pass) after the last change."""
+    if not fields or since_last is None or not fields.keys() <= COUNT_FIELDS:
+        return 0.0
+    return max(0.0, window - since_last)
+
+
 def next_cleanup_marker(current: int | None, patch_id: int) -> int | None:
     """The finishedRunnerCleanupPatchID to record after reaping finished runners for ``patch_id``:
     always ``patch_id``, even when lower than the current marker. Patch IDs reset to 0 when the

@@ -124,6 +124,8 @@ class RunnerSetReconciler:
         self.cache_trusted: set[ObjectKey] = set()  # keys read through the API since gaining them
         self.pass_spacing = PASS_SPACING
         self.next_pass: dict[ObjectKey, float] = {}  # anyio time before which a set is not decided again
+        self.status_window = decide.STATUS_WINDOW
+        self.status_written: dict[ObjectKey, float] = {}  # anyio time of each set's last status write
         for informer in self.runners_cache:
             informer.add_handler(self._observe, replay=False)
 
@@ -187,6 +189,7 @@ class RunnerSetReconciler:
             self.seeded.discard(key)
             self.expectations.pop(key, None)
             self.cache_trusted.discard(key)
+            self.status_written.pop(key, None)
             return DONE
         ers = await self._apply_desired(key, ers)
         if ers.metadata.is_deleting:
@@ -229,6 +232,7 @@ class RunnerSetReconciler:
         self.metrics.set(key, ers, b)
         if p.create:
             p = await self._cap_create(key, ers, b, p)
+        p = self._coalesce_status(key, p)
         # Steady-state passes are the common case: they log at debug only.
         (log.debug if p.reason in QUIET_PLANS else log.info)(
             "reconcile",
@@ -562,9 +566,22 @@ class RunnerSetReconciler:
     async def _patch_status(
         self, key: ObjectKey, ers: EphemeralRunnerSet, fields: dict[str, Any]
     ) -> EphemeralRunnerSet:
-        return await self.writer.patch_status(
+        updated = await self.writer.patch_status(
             EPHEMERAL_RUNNER_SETS, key, {"status": fields}, resource_version=ers.metadata.resource_version
         )
+        self.status_written[key] = anyio.current_time()
+        return updated
+
+    def _coalesce_status(self, key: ObjectKey, p: Plan) -> Plan:
+        """Hold back a count-only status write until the set's status window has passed since its
+        last status write; the pass then scheduled recomputes the counts (README "runner-set
+        worker", status writes)."""
+        last = self.status_written.get(key)
+        wait = decide.status_wait(p.status, None if last is None else anyio.current_time() - last, self.status_window)
+        if wait <= 0:
+            return p
+        after = wait if p.requeue_after is None else min(wait, p.requeue_after)
+        return dataclasses.replace(p, status=None, requeue_after=after)
 
     async def _revision_applied(self, ers: EphemeralRunnerSet, revision: int) -> None:
         phase = str(ers.status.phase) if ers.status else ""

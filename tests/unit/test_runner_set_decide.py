@@ -611,3 +611,28 @@ def test_creation_never_exceeds_max_runners() -> None:
     assert decide.cap_create(3, 1, 10) == 3
     assert decide.cap_create(3, 12, 10) == 0
     assert decide.cap_create(3, 1, None) == 3
+
+
+# --- status write coalescing (README "runner-set worker", status writes) -------------------------
+
+
+def test_count_only_status_waits_for_the_window_since_the_last_write() -> None:
+    counts = {"currentReplicas": 3, "runningEphemeralRunners": 2}
+    assert decide.status_wait(counts, None) == 0.0  # no write yet: now
+    assert decide.status_wait(counts, 0.25, window=1.0) == pytest.approx(0.75)
+    assert decide.status_wait(counts, 1.0, window=1.0) == 0.0
+    assert decide.status_wait(counts, 5.0, window=1.0) == 0.0
+    assert decide.status_wait(None, 0.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"phase": "Outdated"},
+        {"currentReplicas": 1, "phase": "Running"},
+        {"currentReplicas": 1, "finishedRunnerCleanupPatchID": 7},
+        {"appliedActionableRevision": 2, "finishedRunnerCleanupPatchID": None},
+    ],
+)
+def test_phase_revision_and_marker_are_never_held_back(fields: dict[str, Any]) -> None:
+    assert decide.status_wait(fields, 0.0, window=1.0) == 0.0
