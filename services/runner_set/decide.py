@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -46,7 +46,7 @@ from shared.api.constants import (
     KIND_EPHEMERAL_RUNNER_SET,
     LABEL_COMPONENT,
 )
-from shared.bus import DesiredState
+from shared.bus import DesiredState, JobCompleted
 
 # runnerscale: the listener desired state last applied to this ERS's spec.replicas/patchID, as
 # JSON {"epoch": <listenerEpoch>, "time": <message time>, "patchId": n, "replicas": n}. It is the
@@ -332,6 +332,26 @@ class Plan:
     requeue_after: float | None = None
 
 
+# Status fields that only count runners: a write of these alone may wait for the set's status
+# window (README "runner-set worker", status writes), so a burst of runner changes makes one
+# status write per window. Everything else (phase, applied revision, cleanup marker) is written
+# in the pass that decides it.
+COUNT_FIELDS = frozenset(
+    {"currentReplicas", "pendingEphemeralRunners", "runningEphemeralRunners", "failedEphemeralRunners"}
+)
+STATUS_WINDOW = 1.0  # seconds between two count-only status writes of one set
+
+
+def status_wait(fields: dict[str, Any] | None, since_last: float | None, window: float = STATUS_WINDOW) -> float:
+    """Seconds a status write of ``fields`` waits (0: write now). Only count-only writes wait, and
+    only until ``window`` seconds after the set's previous status write (``since_last`` seconds
+    ago; None: none yet). The pass that comes back then recomputes the counts from its own read,
+    so the stored counts are exact at most one window (plus one pass) after the last change."""
+    if not fields or since_last is None or not fields.keys() <= COUNT_FIELDS:
+        return 0.0
+    return max(0.0, window - since_last)
+
+
 def next_cleanup_marker(current: int | None, patch_id: int) -> int | None:
     """The finishedRunnerCleanupPatchID to record after reaping finished runners for ``patch_id``:
     always ``patch_id``, even when lower than the current marker. Patch IDs reset to 0 when the
@@ -348,7 +368,11 @@ class Finished(StrEnum):
 
 
 def finished_state(
-    er: EphemeralRunner, applied: AppliedDesired | None, patch_id: int, now: dt.datetime
+    er: EphemeralRunner,
+    applied: AppliedDesired | None,
+    patch_id: int,
+    now: dt.datetime,
+    heard: finished.JobCompletion | None = None,
 ) -> tuple[Finished, float]:
     """Whether the listener has accounted for a finished runner's job (README "runner-set worker",
     finished runners), and the seconds left before a held one expires.
@@ -360,10 +384,14 @@ def finished_state(
     statistics), or of the same epoch and not older than the completion. Patch ID 0 (nothing
     happened since the listener's previous decision, target at minRunners) accounts for every
     completion. A newer patch ID alone is not enough: one desired state may account for only some
-    of several jobs that finished together."""
+    of several jobs that finished together.
+
+    ``heard``: the same JobCompleted as this worker received it from the bus itself
+    (:func:`heard_completion`), used when the runner worker has not written the mark yet: the
+    listener's time and epoch are the mark's, only sooner (README "Typed state (new fields)")."""
     if patch_id == 0:
         return Finished.ACCOUNTED, 0.0
-    c = finished.job_completion(er.metadata)
+    c = finished.job_completion(er.metadata) or heard
     if c is not None and c.at is not None and applied is not None:
         at, t = _time(c.at), _time(applied.time)
         if c.epoch is None:  # an older mark: whole seconds, no epoch
@@ -377,6 +405,25 @@ def finished_state(
         return Finished.EXPIRED, 0.0
     left = (FINISHED_HOLD - (now - done)).total_seconds()
     return (Finished.EXPIRED, 0.0) if left <= 0 else (Finished.HELD, left)
+
+
+def heard_completion(er: EphemeralRunner, event: JobCompleted) -> finished.JobCompletion | None:
+    """The completion a JobCompleted from the bus records for ``er``, or None when the event is not
+    provably about this registration: same runner name, the same non-zero runner id (unique at
+    the service; a reused runner name is another registration), no other scale set id, and no
+    other job recorded on the ER."""
+    status = er.status
+    if status is None or not status.runner_id or event.runner_id != status.runner_id:
+        return None
+    if event.runner_name != er.metadata.name:
+        return None
+    if er.spec.runner_scale_set_id and event.scale_set_id and er.spec.runner_scale_set_id != event.scale_set_id:
+        return None
+    if status.job_id and event.job_id and status.job_id != event.job_id:
+        return None
+    if status.job_request_id and event.runner_request_id and status.job_request_id != event.runner_request_id:
+        return None
+    return finished.JobCompletion(event.job_key(), _time(event.time), event.listener_epoch, event.result)
 
 
 def scale_up_suppressed(patch_id: int, marker: int | None) -> bool:
@@ -410,12 +457,17 @@ def status_diff(status: EphemeralRunnerSetStatus | None, wanted: dict[str, Any])
 
 
 def plan(
-    ers: EphemeralRunnerSet, b: Buckets, now: dt.datetime | None = None, policy: FailurePolicy | None = None
+    ers: EphemeralRunnerSet,
+    b: Buckets,
+    now: dt.datetime | None = None,
+    policy: FailurePolicy | None = None,
+    heard: Mapping[str, finished.JobCompletion] | None = None,
 ) -> Plan:
     """What one reconcile of a live (not deleting) EphemeralRunnerSet does next.
 
     ``policy`` None: ARC's rules (Failed runners are kept and count toward replicas forever);
-    otherwise the Failed-runner TTL and the failure budget apply at ``now``."""
+    otherwise the Failed-runner TTL and the failure budget apply at ``now``. ``heard``: the
+    completions this worker received from the bus, by runner uid (:func:`heard_completion`)."""
     spec, status = ers.spec, ers.status or EphemeralRunnerSetStatus()
     applied = status.applied_actionable_revision
 
@@ -465,12 +517,12 @@ def plan(
     #    while the set's failure budget is exhausted.
     now = now or dt.datetime.now(dt.UTC)
     if policy is None:
-        return _scale(ers, b, status_fields, None, now)
+        return _scale(ers, b, status_fields, None, now, heard)
     a = failures.assess(ers, b.failed, [*b.pending, *b.running, *b.finished], now, policy)
     if a.expired:
         repl = failures.replacements(a.expired, b.all, spec.replicas, b.scale_up_total)
         return Plan("failed-ttl", reap=a.expired, replace=repl, status=status_fields, budget=a, requeue=True)
-    p = _scale(ers, b, status_fields, a.blocked_until, now)
+    p = _scale(ers, b, status_fields, a.blocked_until, now, heard)
     after = [t for t in (p.requeue_after, a.next_check) if t is not None]
     return replace(p, budget=a, requeue_after=min(after) if after else None)
 
@@ -481,6 +533,7 @@ def _scale(
     status_fields: dict[str, Any] | None,
     blocked_until: dt.datetime | None,
     now: dt.datetime,
+    heard: Mapping[str, finished.JobCompletion] | None = None,
 ) -> Plan:
     spec, status = ers.spec, ers.status or EphemeralRunnerSetStatus()
     marker = status.finished_runner_cleanup_patch_id
@@ -500,7 +553,7 @@ def _scale(
         reap: list[EphemeralRunner] = []
         gap = False
         for er in b.finished:
-            state, left = finished_state(er, applied_desired, spec.patch_id, now)
+            state, left = finished_state(er, applied_desired, spec.patch_id, now, (heard or {}).get(er.metadata.uid))
             if state is Finished.HELD:
                 held_for = left if held_for is None else min(held_for, left)
                 continue

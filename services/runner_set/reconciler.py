@@ -29,7 +29,7 @@ from services.runner_set.decide import Plan
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.metrics import RunnerSetMetrics
 from shared.actions import ActionsClient, ActionsError, JobStillRunningError, RunnerNotFoundError
-from shared.api import EphemeralRunner, EphemeralRunnerSet, validate
+from shared.api import EphemeralRunner, EphemeralRunnerSet, finished, validate
 from shared.api.constants import (
     KIND_AUTOSCALING_RUNNER_SET,
     KIND_EPHEMERAL_RUNNER_SET,
@@ -37,7 +37,7 @@ from shared.api.constants import (
     LABEL_SCALE_SET_NAMESPACE,
 )
 from shared.api.names import runner_proxy_secret_name
-from shared.bus import Bus, Delivery, DesiredState, ResourceRef, RevisionApplied, subjects
+from shared.bus import Bus, Delivery, DesiredState, JobCompleted, ResourceRef, RevisionApplied, subjects
 from shared.bus.errors import BusError
 from shared.clock import SYSTEM_CLOCK, Clock
 from shared.kube import (
@@ -79,6 +79,7 @@ QUIET_PLANS = frozenset({"steady", "patch-already-applied", "outdated-hold", "sc
 # core however often its runners change (README "runner-set worker", reads from the cache).
 PASS_SPACING = 2.0
 AUTHORITATIVE_PLANS = frozenset({"revision-applied"})  # decided on an API list, never on the cache
+HEARD_COMPLETIONS = 20_000  # JobCompleted events remembered (by runner); the oldest go first
 
 
 class ClientSource(Protocol):
@@ -118,6 +119,9 @@ class RunnerSetReconciler:
         # stream's latest message), for the log line of a clamp.
         self.origin: dict[ObjectKey, tuple[str, int]] = {}
         self.seeded: set[ObjectKey] = set()  # keys whose latest stream message was read since gaining them
+        # The listener's JobCompleted per runner (namespace, runner name), as received from the bus:
+        # accounts a finished runner before the runner worker's mark is written (README "Typed state (new fields)").
+        self.completed: dict[ObjectKey, JobCompleted] = {}
         # Runners come from these informers (README "runner-set worker"); none: every pass lists them.
         self.runners_cache = list(runners_cache)
         self.expectations_timeout = expectations_timeout
@@ -125,6 +129,8 @@ class RunnerSetReconciler:
         self.cache_trusted: set[ObjectKey] = set()  # keys read through the API since gaining them
         self.pass_spacing = PASS_SPACING
         self.next_pass: dict[ObjectKey, float] = {}  # anyio time before which a set is not decided again
+        self.status_window = decide.STATUS_WINDOW
+        self.status_written: dict[ObjectKey, float] = {}  # anyio time of each set's last status write
         for informer in self.runners_cache:
             informer.add_handler(self._observe, replay=False)
 
@@ -154,6 +160,26 @@ class RunnerSetReconciler:
         if newest is msg:
             self.origin[key] = (delivery.subject, delivery.stream_sequence)
 
+    def on_completed(self, delivery: Delivery) -> None:
+        msg = delivery.message
+        if not isinstance(msg, JobCompleted) or not msg.runner_name:
+            return
+        key = ObjectKey(msg.scale_set.namespace, msg.runner_name)
+        self.completed.pop(key, None)  # re-inserted last: eviction goes oldest first
+        self.completed[key] = msg
+        while len(self.completed) > HEARD_COMPLETIONS:
+            del self.completed[next(iter(self.completed))]
+
+    def _heard(self, b: decide.Buckets) -> dict[str, finished.JobCompletion]:
+        """Completions received from the bus for the set's finished runners, by runner uid."""
+        heard: dict[str, finished.JobCompletion] = {}
+        for er in b.finished:
+            event = self.completed.get(ObjectKey(er.metadata.namespace, er.metadata.name))
+            c = decide.heard_completion(er, event) if event is not None else None
+            if c is not None:
+                heard[er.metadata.uid] = c
+        return heard
+
     def on_shard_change(self, change: ShardChange) -> None:
         # Messages of newly gained keys may have been acked while another replica owned them:
         # read each key's latest stream message again on its next reconcile. Their runners may
@@ -168,6 +194,8 @@ class RunnerSetReconciler:
         if key is None or e is None:
             return
         meta = change.obj.metadata
+        if change.type is ChangeType.DELETED:
+            self.completed.pop(ObjectKey(meta.namespace, meta.name), None)
         e = xp.observe(e, meta.uid, gone=change.type is ChangeType.DELETED, deleting=meta.is_deleting)
         if e.pending:
             self.expectations[key] = e
@@ -188,6 +216,7 @@ class RunnerSetReconciler:
             self.seeded.discard(key)
             self.expectations.pop(key, None)
             self.cache_trusted.discard(key)
+            self.status_written.pop(key, None)
             return DONE
         applied = await self._apply_desired(key, ers)
         if applied is not ers:
@@ -226,15 +255,16 @@ class RunnerSetReconciler:
             return Result(requeue_after=wait)
         b = decide.bucket_runners(runners)
         now = self.clock.now()
-        p = decide.plan(ers, b, now, self.policy)
+        p = decide.plan(ers, b, now, self.policy, self._heard(b))
         if not authoritative:
             self._space(key, started)
         if not authoritative and _needs_authoritative(p):
             b = decide.bucket_runners(await self._runners(ers))
-            p = decide.plan(ers, b, now, self.policy)
+            p = decide.plan(ers, b, now, self.policy, self._heard(b))
         self.metrics.set(key, ers, b)
         if p.create:
             p = await self._cap_create(key, ers, b, p)
+        p = self._coalesce_status(key, p)
         # Steady-state passes are the common case: they log at debug only.
         (log.debug if p.reason in QUIET_PLANS else log.info)(
             "reconcile",
@@ -568,9 +598,22 @@ class RunnerSetReconciler:
     async def _patch_status(
         self, key: ObjectKey, ers: EphemeralRunnerSet, fields: dict[str, Any]
     ) -> EphemeralRunnerSet:
-        return await self.writer.patch_status(
+        updated = await self.writer.patch_status(
             EPHEMERAL_RUNNER_SETS, key, {"status": fields}, resource_version=ers.metadata.resource_version
         )
+        self.status_written[key] = anyio.current_time()
+        return updated
+
+    def _coalesce_status(self, key: ObjectKey, p: Plan) -> Plan:
+        """Hold back a count-only status write until the set's status window has passed since its
+        last status write; the pass then scheduled recomputes the counts
+        (README "runner-set worker", status writes)."""
+        last = self.status_written.get(key)
+        wait = decide.status_wait(p.status, None if last is None else anyio.current_time() - last, self.status_window)
+        if wait <= 0:
+            return p
+        after = wait if p.requeue_after is None else min(wait, p.requeue_after)
+        return dataclasses.replace(p, status=None, requeue_after=after)
 
     async def _revision_applied(self, ers: EphemeralRunnerSet, revision: int) -> None:
         phase = str(ers.status.phase) if ers.status else ""

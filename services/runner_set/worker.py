@@ -4,9 +4,9 @@
     async with running_worker(WORKER.name, settings, WORKER.setup(FailurePolicy(...))) as w: ...
 
 Controller ``ephemeralrunnerset``: For EphemeralRunnerSets, Owns EphemeralRunners. Bus: the
-listener's desired state (remembered per ERS, newest wins, then the ERS is woken) and revision
-announcements from the scale-set worker, each on a per-replica durable (the replica owning the
-key's shard acts on it). After gaining shards, each key's newest desired state is read again from
+listener's desired state (remembered per ERS, newest wins, then the ERS is woken), its JobCompleted
+events (remembered per runner: README "Typed state (new fields)") and revision announcements from
+the scale-set worker, each on a per-replica durable (the replica owning the key's shard acts on it). After gaining shards, each key's newest desired state is read again from
 its stream: messages for it may have been acked while another replica owned it.
 """
 
@@ -38,6 +38,7 @@ WORKER: WorkerSpec[FailurePolicy, RunnerSetReconciler] = WorkerSpec(
     routes=(
         Route(subjects.RUNNER_SET_DESIRED, on_message=RunnerSetReconciler.on_desired),
         Route(subjects.RUNNER_SET_REVISIONS),
+        Route(subjects.RUNNER_SET_COMPLETIONS, on_message=RunnerSetReconciler.on_completed),
     ),
     on_shard_change=RunnerSetReconciler.on_shard_change,
 )

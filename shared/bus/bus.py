@@ -314,6 +314,8 @@ class Bus:
         tune = tune_existing and (self.uses is None or self.uses.tune)
         for spec in streams:
             await self.ensure_stream(spec, tune_existing=tune)
+        for spec in () if self.uses is None else self.uses.checks:
+            await self.ensure_stream(spec, tune_existing=False)
 
     async def ensure_stream(self, spec: StreamSpec, *, tune_existing: bool = True) -> None:
         wanted = stream_config(spec, self.settings)

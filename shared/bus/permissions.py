@@ -7,7 +7,7 @@ KV buckets it uses (:data:`USES`):
 
 =============  ==================================================================================
 listener       desired states and job events; its session and leader KV keys
-runner-set     RevisionApplied; acks of the desired-state and revision consumers; member records
+runner-set     RevisionApplied; acks of the desired-state, revision and job-completion consumers; member records
 scale-set      RevisionPublished; acks of its revision consumer; member records
 runner         acks of the job consumer; member records
 listener-pod   acks of its change consumer; member records (listener pods get the ``listener``
@@ -59,7 +59,8 @@ class Uses(msgspec.Struct, frozen=True, kw_only=True):
     """What one component touches on JetStream; its permissions are derived from this.
 
     ``streams`` and ``buckets`` are what ``Bus.connect`` creates or checks at start-up for this
-    component (``tune``: it may also update an existing stream's limits); ``consumers`` the
+    component (``tune``: it may also update an existing stream's limits; ``checks``: streams it
+    creates or checks but never tunes, another component's); ``consumers`` the
     durable pull consumers it creates and pulls from (and acks); ``reads`` the streams whose
     last message per subject it reads (``Bus.last_message``), bucket keys included; ``publish``
     its own subjects, the keys it writes included.
@@ -68,6 +69,7 @@ class Uses(msgspec.Struct, frozen=True, kw_only=True):
     publish: tuple[str, ...] = ()
     streams: tuple[StreamSpec, ...] = ()
     tune: bool = True
+    checks: tuple[StreamSpec, ...] = ()
     consumers: tuple[ConsumerSpec, ...] = ()
     reads: tuple[StreamSpec, ...] = ()
     buckets: tuple[str, ...] = ()
@@ -93,7 +95,8 @@ USES: dict[str, Uses] = {
     "runner-set": Uses(
         publish=(f"{P}.revisions.*.*.applied", _kv(subjects.MEMBERS_BUCKET)),
         streams=(subjects.DESIRED_STREAM, subjects.REVISIONS_STREAM),
-        consumers=(subjects.RUNNER_SET_DESIRED, subjects.RUNNER_SET_REVISIONS),
+        checks=(subjects.JOBS_STREAM,),  # for its job-completion consumer; the listener's and runner's stream
+        consumers=(subjects.RUNNER_SET_DESIRED, subjects.RUNNER_SET_REVISIONS, subjects.RUNNER_SET_COMPLETIONS),
         reads=(subjects.DESIRED_STREAM,),
         buckets=_WORKER_BUCKETS,
     ),
@@ -182,6 +185,8 @@ def permissions_for(component: str) -> Permissions:
     publish: list[str] = list(uses.publish)
     for stream in uses.streams:
         publish += _stream_api(stream.name, tune=uses.tune)
+    for stream in uses.checks:
+        publish += _stream_api(stream.name, tune=False)
     for consumer in uses.consumers:
         publish += _consumer_api(consumer)
     for stream in uses.reads:

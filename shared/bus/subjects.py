@@ -195,6 +195,12 @@ RUNNER_SET_DESIRED = ConsumerSpec(
     DESIRED_STREAM.name, "runner-set-desired", (f"{PREFIX}.desired.>",), DeliverFrom.LAST_PER_SUBJECT
 )
 RUNNER_JOBS = ConsumerSpec(JOBS_STREAM.name, "runner-jobs", (f"{PREFIX}.jobs.>",), DeliverFrom.ALL)
+# The runner-set's own copy of the listener's JobCompleted events (per-replica durable, new
+# messages only): a finished runner is accounted as soon as the desired state is, without waiting
+# for the runner worker's job-completed mark (README "Typed state (new fields)").
+RUNNER_SET_COMPLETIONS = ConsumerSpec(
+    JOBS_STREAM.name, "runner-set-completions", (f"{PREFIX}.jobs.*.*.completed",), DeliverFrom.NEW
+)
 RUNNER_SET_REVISIONS = ConsumerSpec(
     REVISIONS_STREAM.name, "runner-set-revisions", (f"{PREFIX}.revisions.*.*.published",), DeliverFrom.LAST_PER_SUBJECT
 )
@@ -210,6 +216,7 @@ LISTENER_POD_CHANGES = ConsumerSpec(
 CONSUMERS: tuple[ConsumerSpec, ...] = (
     RUNNER_SET_DESIRED,
     RUNNER_JOBS,
+    RUNNER_SET_COMPLETIONS,
     RUNNER_SET_REVISIONS,
     SCALE_SET_REVISIONS,
     LISTENER_POD_CHANGES,

@@ -127,6 +127,8 @@ class Timeline:
         self.pod_running: dict[str, float] = {}
         self.pod_gone: dict[str, float] = {}
         self.er_succeeded: dict[str, float] = {}  # the runner worker set status Succeeded (job done)
+        self.er_deleting: dict[str, float] = {}  # deletionTimestamp first seen (the delete call)
+        self.er_marked: dict[str, float] = {}  # job-completed mark first seen (the listener's JobCompleted)
         self._uids: dict[tuple[str, str], str] = {}  # (plural, name) → uid of the object the times are of
 
     def observe(self, plural: str, kind: str, obj: dict[str, Any], now: float) -> None:
@@ -143,6 +145,8 @@ class Timeline:
             self._uids[(plural, name)] = uid
             for times in (added, gone, self.pod_running if plural == "pods" else self.er_succeeded):
                 times.pop(name, None)
+            self.er_deleting.pop(name, None)
+            self.er_marked.pop(name, None)
         if kind == "DELETED":
             gone.setdefault(name, now)
             return
@@ -152,6 +156,10 @@ class Timeline:
             self.pod_running.setdefault(name, now)
         if plural == "ephemeralrunners" and phase == "Succeeded":
             self.er_succeeded.setdefault(name, now)
+        if plural == "ephemeralrunners" and meta.get("deletionTimestamp"):
+            self.er_deleting.setdefault(name, now)
+        if plural == "ephemeralrunners" and (meta.get("annotations") or {}).get("actions.github.com/job-completed"):
+            self.er_marked.setdefault(name, now)
 
     def relisted(self, plural: str, names: set[str], now: float) -> None:
         """A relist: whatever was present and is no longer listed went away meanwhile."""
@@ -462,6 +470,8 @@ def _raw(res: Results) -> dict[str, Any]:
         "pod_running": tl.pod_running,
         "pod_gone": tl.pod_gone,
         "er_succeeded": tl.er_succeeded,
+        "er_deleting": tl.er_deleting,
+        "er_marked": tl.er_marked,
         "desired_at": res.desired_at,
         "cold_jobs": res.cold_jobs,
         "sustained_jobs": res.tput_jobs,

@@ -277,7 +277,7 @@ async def test_each_component_starts_and_does_its_work_with_only_its_permissions
     async with Bus.connect(_settings(auth_server, passwords, "bus-setup", request_timeout=5), setup=False) as admin:
         existing = {s.config.name async for s in _streams(admin)}
     # Only what the component uses was created (issue 10: never the old runnerscale_shards bucket).
-    assert existing == {s.name for s in uses.streams} | {f"KV_{b}" for b in uses.buckets}
+    assert existing == {s.name for s in (*uses.streams, *uses.checks)} | {f"KV_{b}" for b in uses.buckets}
 
 
 async def _streams(bus: Bus) -> AsyncIterator[Any]:

@@ -21,7 +21,7 @@ from shared.api.constants import (
     FINALIZER_EPHEMERAL_RUNNER,
     FINALIZER_RUNNER_REGISTRATION,
 )
-from shared.bus import DesiredState, ResourceRef
+from shared.bus import DesiredState, JobCompleted, ResourceRef
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 
@@ -611,3 +611,81 @@ def test_creation_never_exceeds_max_runners() -> None:
     assert decide.cap_create(3, 1, 10) == 3
     assert decide.cap_create(3, 12, 10) == 0
     assert decide.cap_create(3, 1, None) == 3
+
+
+# --- status write coalescing (README "runner-set worker", status writes) -------------------------
+
+
+def test_count_only_status_waits_for_the_window_since_the_last_write() -> None:
+    counts = {"currentReplicas": 3, "runningEphemeralRunners": 2}
+    assert decide.status_wait(counts, None) == 0.0  # no write yet: now
+    assert decide.status_wait(counts, 0.25, window=1.0) == pytest.approx(0.75)
+    assert decide.status_wait(counts, 1.0, window=1.0) == 0.0
+    assert decide.status_wait(counts, 5.0, window=1.0) == 0.0
+    assert decide.status_wait(None, 0.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"phase": "Outdated"},
+        {"currentReplicas": 1, "phase": "Running"},
+        {"currentReplicas": 1, "finishedRunnerCleanupPatchID": 7},
+        {"appliedActionableRevision": 2, "finishedRunnerCleanupPatchID": None},
+    ],
+)
+def test_phase_revision_and_marker_are_never_held_back(fields: dict[str, Any]) -> None:
+    assert decide.status_wait(fields, 0.0, window=1.0) == 0.0
+
+
+# --- completions heard from the bus (README "Typed state (new fields)") -----------------------------------
+
+
+def _completed(
+    r: EphemeralRunner, *, at: dt.datetime, runner_id: int = 9, job: str = "j", epoch: int = 4
+) -> JobCompleted:
+    return JobCompleted(
+        scale_set_id=1,
+        scale_set=ResourceRef("ns", "set"),
+        runner_name=r.metadata.name,
+        runner_id=runner_id,
+        job_id=job,
+        listener_epoch=epoch,
+        result="succeeded",
+        time=at,
+    )
+
+
+def test_heard_completion_accounts_like_the_mark_and_only_for_this_registration() -> None:
+    done = T0 + dt.timedelta(milliseconds=700)
+    r = _finished()  # no job-completed mark: the runner worker has not written it yet
+    now = T0 + dt.timedelta(seconds=1)
+    heard = decide.heard_completion(r, _completed(r, at=done))
+    assert heard is not None and heard.job == "j" and heard.epoch == 4
+    before = decide.parse_applied_desired(_applied(time=T0 + dt.timedelta(milliseconds=500), patch=9, replicas=2))
+    after = decide.parse_applied_desired(_applied(time=done, patch=9, replicas=2))
+    # without it: held until the mark or the hold; with it: the same rule as the mark
+    assert decide.finished_state(r, after, 9, now)[0] is decide.Finished.HELD
+    assert decide.finished_state(r, before, 9, now, heard)[0] is decide.Finished.HELD
+    assert decide.finished_state(r, after, 9, now, heard)[0] is decide.Finished.ACCOUNTED
+    # another registration of the same name, another job, no runner id: not this runner's completion
+    assert decide.heard_completion(r, _completed(r, at=done, runner_id=10)) is None
+    assert decide.heard_completion(r, _completed(r, at=done, runner_id=0)) is None
+    assert decide.heard_completion(r, _completed(r, at=done, job="other")) is None
+    unregistered = er("Succeeded", job="j")
+    assert decide.heard_completion(unregistered, _completed(unregistered, at=done, runner_id=0)) is None
+
+
+def test_plan_reaps_a_finished_runner_heard_completed_without_the_marker() -> None:
+    done = T0 + dt.timedelta(milliseconds=700)
+    r = _finished(patch=8)
+    s = ers(replicas=0, patch_id=9, annotations=_applied(time=done, patch=9, replicas=0))
+    b = decide.bucket_runners([r])
+    now = T0 + dt.timedelta(seconds=1)
+    held = decide.plan(s, b, now)
+    assert r not in held.delete
+    heard = decide.heard_completion(r, _completed(r, at=done))
+    assert heard is not None
+    p = decide.plan(s, b, now, heard={r.metadata.uid: heard})
+    assert p.reason == "finished-cleanup" and p.delete == [r]
+    assert not (p.status or {}).get("finishedRunnerCleanupPatchID")
