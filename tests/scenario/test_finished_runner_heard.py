@@ -8,6 +8,8 @@ Succeeded, so no mark is ever written: before the fix the runner stayed until th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import pytest
 from msgspec.structs import replace
@@ -16,9 +18,11 @@ from services.runner.worker import WORKER as RUNNER_WORKER
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.worker import WORKER as RUNNER_SET_WORKER
 from shared.api.constants import ANNOTATION_JOB_COMPLETED
+from shared.bus import Bus
 from shared.bus.messages import JobCompleted, JobStarted
-from shared.worker import running_worker
-from tests.scenario.conftest import wait_for
+from shared.worker import WorkerSettings, running_worker
+from tests.fixtures.actions_sim import ActionsSim
+from tests.scenario.conftest import Kube, wait_for
 from tests.scenario.runner_set_helpers import create_ers, get_ers, runners, sim_scale_set
 from tests.scenario.test_finished_runner_race import desired, job_event
 from tests.scenario.test_runner_helpers import FAST, RunnerEnv
@@ -27,8 +31,13 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_finished_runner_accounted_from_the_bus_without_the_mark(
-    kube, bus, namespace, actions_sim, github_secret, worker_settings
-):
+    kube: Kube,
+    bus: Bus,
+    namespace: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
+    worker_settings: Callable[..., WorkerSettings],
+) -> None:
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     async with running_worker(
