@@ -111,3 +111,10 @@ async def test_status_conflicts_and_api_errors_are_retried(
         assert conditions(pod)["Ready"]["status"] == "True"
     # Spent rules leave the list: both fired as often as they could.
     assert [f for f in control.faults() if f.namespace == namespace] == []
+
+
+async def test_client_does_not_read_the_environment_per_request(kube: KubeRest) -> None:
+    """Issue 10: kubernetes-asyncio's session trusts the environment, which makes aiohttp read
+    netrc and the proxy variables in a thread on every request; the node sim resolves them once."""
+    session = kube._api.rest_client.pool_manager
+    assert session.trust_env is False
