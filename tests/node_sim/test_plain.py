@@ -4,6 +4,7 @@ is finalized; scheduling respects nodeSelector."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,27 @@ async def test_client_does_not_read_the_environment_per_request(kube: KubeRest) 
     netrc and the proxy variables in a thread on every request; the node sim resolves them once."""
     session = kube._api.rest_client.pool_manager
     assert session.trust_env is False
+
+
+async def test_status_writes_are_not_preceded_by_reads(
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10: a status write is decided on the pod as the watch (or the last write) left it;
+    the pod is read only where its copy is known to be old (after the binding) or after a 409."""
+    reads: list[str] = []
+    real_get = KubeRest.get
+
+    async def get(self: KubeRest, kind: str, ns: str, name: str) -> Any:
+        if kind == "pods" and name == "web":
+            reads.append(name)
+        return await real_get(self, kind, ns, name)
+
+    monkeypatch.setattr(KubeRest, "get", get)
+    async with running_node(node_config(kube_api, namespace, tmp_path)):
+        await create(kube, namespace, "pods", pod_body("web", containers=[{"name": "web", "image": "nginx:1.27"}]))
+        await wait_pod(
+            kube, namespace, "web", lambda p: conditions(p).get("Ready", {}).get("status") == "True", what="Ready"
+        )
+        # The read after the binding, and at most one after a 409 (a watch event older than the
+        # last write can replace the copy); a GET before every status write made 4 here.
+        assert len(reads) <= 2, reads
