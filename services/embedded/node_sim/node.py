@@ -320,6 +320,8 @@ class PodWorker:
     def update(self, pod: Obj) -> None:
         if str(model.meta(pod).get("uid", "")) != self.rt.uid:
             return
+        if _older(pod, self.pod):
+            return  # a watch event from before this worker's own last write: keep the newer copy
         self.pod = pod
         self._read_before_write = False
         if model.meta(pod).get("deletionTimestamp"):
@@ -987,6 +989,15 @@ class PodWorker:
             await self.node.kube.create_event(self.rt.namespace, event)
         except TRANSIENT_ERRORS as exc:
             self.log.debug("event not recorded", reason=reason, error=str(exc))
+
+
+def _older(pod: Obj, than: Obj) -> bool:
+    """``pod`` is an older version than ``than`` (resourceVersions compared as integers, as etcd
+    and the emulator issue them; opaque versions are never judged older)."""
+    try:
+        return int(model.meta(pod).get("resourceVersion", "")) < int(model.meta(than).get("resourceVersion", ""))
+    except (TypeError, ValueError):
+        return False
 
 
 def _container_refs(pod: Obj, cspec: Obj) -> set[tuple[str, str]]:
