@@ -1,7 +1,24 @@
-"""The async shell of the runner worker: read authoritatively, decide (pure), write.
+"""The async shell of the runner worker: read, decide (pure), write.
 
-Every pass re-reads the EphemeralRunner with an uncached GET and every write that depends on it
-carries that read's resourceVersion (or, for deletes, the uid precondition of the object read).
+Reads (README "runner worker", reads and caches):
+
+- The EphemeralRunner of a pass comes from the worker's informer. Every write decided on it
+  carries its resourceVersion (deletes: the uid), so a cache that lags costs a 409 and a re-read,
+  never a wrong write. Two guards keep a lagging cache from costing more than that:
+  *read-your-writes*: the worker remembers the newest resourceVersion it has seen of each ER (its
+  own writes' answers and its GETs); a cached copy older than that is not used, the ER is read
+  from the server (else a pass right after the worker's own status patch would see no runner id
+  and call the Actions service for a JIT config again); and a pass re-run after a 409, or a key
+  whose last pass found the cache stale, reads from the server.
+- Authoritative reads (an uncached GET) stay where a stale answer could lead to a wrong action:
+  a runner pod missing from the pod cache (a job recorded just before the pod vanished must be
+  seen, or the runner would get a new pod for a spent JIT config: the pod and then the ER are
+  re-read), job events from the bus (the ER may not be in this replica's cache yet: a missed
+  event would be lost), the JIT Secret of a registration the service reports as existing, and
+  the pod and Secret before a delete of the failed-runner cleanup.
+- Nothing the worker has just created is read back: the JIT Secret and the pod are created
+  without a read first (AlreadyExists is the existence check).
+
 The controller runs each pass under its shared policy (README "Worker runtime"): a 409 re-reads
 and decides again, and a write without a precondition is refused before it is sent.
 """
@@ -103,6 +120,7 @@ class RunnerReconciler:
         clock: Clock = SYSTEM_CLOCK,
         namespaces: tuple[str, ...] = (),
         cached_pod: Callable[[ObjectKey], Pod | None] | None = None,
+        cached_er: Callable[[ObjectKey], EphemeralRunner | None] | None = None,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -121,6 +139,12 @@ class RunnerReconciler:
         # The worker's pod informer (runner pods): existence and outcome without a GET. None (tests
         # without a runtime): every pod is read from the server.
         self._cached_pod = cached_pod
+        # The worker's ER informer (None: every pass GETs the ER). ``_seen_rv``: the newest
+        # resourceVersion this worker has seen of each ER (its writes' answers, its GETs); a cached
+        # copy older than that is stale. ``_read_server``: keys whose next pass must GET.
+        self._cached_er = cached_er
+        self._seen_rv: dict[ObjectKey, int] = {}
+        self._read_server: set[ObjectKey] = set()
 
     @classmethod
     def from_context(cls, ctx: WorkerContext, settings: RunnerSettings) -> RunnerReconciler:
@@ -134,13 +158,14 @@ class RunnerReconciler:
             metrics=runner_metrics(ctx.registry),
             namespaces=ctx.settings.namespaces,
             cached_pod=lambda key: ctx.cached(PODS, key, label_selector=f"{LABEL_EPHEMERAL_RUNNER}=True"),
+            cached_er=lambda key: ctx.cached(EPHEMERAL_RUNNERS, key),
         )
 
     # --- entry points ---------------------------------------------------------------------------
 
     async def reconcile(self, key: ObjectKey, ctx: ReconcileContext) -> Result:
         try:
-            return await self._reconcile(key)
+            return await self._reconcile(key, from_cache=ctx.attempt <= 1)
         except _Stop as stop:
             return stop.result
 
@@ -156,9 +181,53 @@ class RunnerReconciler:
 
     # --- the reconcile ---------------------------------------------------------------------------
 
-    async def _reconcile(self, key: ObjectKey) -> Result:
+    def _saw(self, obj: Any) -> None:
+        """Remember the resourceVersion of an ER this worker wrote or read from the server."""
+        meta = getattr(obj, "metadata", None)
+        rv = _rv_int(getattr(meta, "resource_version", ""))
+        if meta is None or rv is None:
+            return
+        key = ObjectKey(meta.namespace, meta.name)
+        if rv > self._seen_rv.get(key, -1):
+            self._seen_rv[key] = rv
+
+    def _fresh_enough(self, key: ObjectKey) -> EphemeralRunner | None:
+        """The cached ER, unless it is older than what this worker has seen of it (pure on the
+        cache; None: read the server)."""
+        if self._cached_er is None or key in self._read_server:
+            return None
+        er = self._cached_er(key)
+        if er is None:
+            return None
+        rv = _rv_int(er.metadata.resource_version)
+        if rv is None or rv < self._seen_rv.get(key, -1):
+            return None
+        return er
+
+    async def _get_er(self, key: ObjectKey) -> EphemeralRunner | None:
+        er = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
+        self._read_server.discard(key)
+        if er is None:
+            self._seen_rv.pop(key, None)
+        else:
+            self._saw(er)
+        return er
+
+    async def _patch_er(self, key: ObjectKey, patch: JsonTree, *, resource_version: str) -> EphemeralRunner:
+        er = await self.writer.patch_merge(EPHEMERAL_RUNNERS, key, patch, resource_version=resource_version)
+        self._saw(er)
+        return er
+
+    async def _patch_er_status(self, key: ObjectKey, patch: JsonTree, *, resource_version: str) -> EphemeralRunner:
+        er = await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=resource_version)
+        self._saw(er)
+        return er
+
+    async def _reconcile(self, key: ObjectKey, *, from_cache: bool = False) -> Result:
+        er = self._fresh_enough(key) if from_cache else None
         try:
-            er = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
+            if er is None:
+                er = await self._get_er(key)
         except DecodeFailed as exc:
             # Not a crash loop: say so once on the object and wait for it to change.
             await self.events.warning(
@@ -175,6 +244,7 @@ class RunnerReconciler:
             return DONE
         if er is None:
             self._unwritten_jit.pop(key, None)
+            self._read_server.discard(key)
             return DONE
         if er.metadata.is_deleting:
             self._unwritten_jit.pop(key, None)
@@ -220,8 +290,9 @@ class RunnerReconciler:
             # pass has never had a pod, so it needs neither read.
             pod = await self.reader.get_or_none(PODS, key)
             if pod is None:
-                fresh = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
+                fresh = await self._get_er(key)
                 if fresh is None or fresh.metadata.resource_version != er.metadata.resource_version:
+                    self._read_server.add(key)  # the cache may still lag: the next pass GETs
                     return Result(requeue_after=0.0)
         now = self.clock.now()
         decision = (
@@ -236,8 +307,7 @@ class RunnerReconciler:
         missing = [f for f in (FINALIZER_EPHEMERAL_RUNNER, FINALIZER_RUNNER_REGISTRATION) if f not in current]
         if not missing:
             return er
-        return await self.writer.patch_merge(
-            EPHEMERAL_RUNNERS,
+        return await self._patch_er(
             EPHEMERAL_RUNNERS.key_of(er),
             {"metadata": {"finalizers": current + missing}},
             resource_version=er.metadata.resource_version,
@@ -380,8 +450,7 @@ class RunnerReconciler:
         """Write the runner id on its own (a decision that writes no status of its own)."""
         if fields is None:
             return er
-        return await self.writer.patch_status(
-            EPHEMERAL_RUNNERS,
+        return await self._patch_er_status(
             EPHEMERAL_RUNNERS.key_of(er),
             {"status": fields},
             resource_version=er.metadata.resource_version,
@@ -412,9 +481,7 @@ class RunnerReconciler:
                 if runner_id is not None:
                     patch = _merged(patch or {"status": {}}, runner_id)
                 if patch is not None:
-                    await self.writer.patch_status(
-                        EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
-                    )
+                    await self._patch_er_status(key, patch, resource_version=er.metadata.resource_version)
                     self.metrics.pod_failures.labels(reason or "unknown").inc()
                     count = len((er.status or EphemeralRunnerStatus()).failures) + 1
                     await self.events.warning(
@@ -430,8 +497,8 @@ class RunnerReconciler:
             case decide.MarkFailed(reason=reason, message=message):
                 return await self._mark_failed(er, message, reason, runner_id)
             case decide.MarkOutdated(status_patch=patch):
-                await self.writer.patch_status(
-                    EPHEMERAL_RUNNERS, key, _merged(patch, runner_id), resource_version=er.metadata.resource_version
+                await self._patch_er_status(
+                    key, _merged(patch, runner_id), resource_version=er.metadata.resource_version
                 )
                 self.metrics.outdated.inc()
                 await self.events.warning(
@@ -443,8 +510,8 @@ class RunnerReconciler:
                 await self._cleanup_resources(er)
                 return DONE
             case decide.PatchStatus(status_patch=patch, requeue_after=after):
-                await self.writer.patch_status(
-                    EPHEMERAL_RUNNERS, key, _merged(patch, runner_id), resource_version=er.metadata.resource_version
+                await self._patch_er_status(
+                    key, _merged(patch, runner_id), resource_version=er.metadata.resource_version
                 )
                 return Result(requeue_after=after) if after is not None else DONE
             case decide.CreatePod():
@@ -484,7 +551,7 @@ class RunnerReconciler:
         self.metrics.pods_created.inc()
         patch = decide.pod_created_patch(er, runner_id)
         if patch is not None:
-            await self.writer.patch_status(EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version)
+            await self._patch_er_status(key, patch, resource_version=er.metadata.resource_version)
         return DONE
 
     async def _mark_failed(
@@ -502,14 +569,12 @@ class RunnerReconciler:
         (the second on the first's answer). A crash between them leaves a harmless stamp on a
         runner that is not Failed; the next failure stamps again."""
         key = EPHEMERAL_RUNNERS.key_of(er)
-        er = await self.writer.patch_merge(
-            EPHEMERAL_RUNNERS,
+        er = await self._patch_er(
             key,
             decide.failed_at_patch(self.clock.now()),
             resource_version=er.metadata.resource_version,
         )
-        er = await self.writer.patch_status(
-            EPHEMERAL_RUNNERS,
+        er = await self._patch_er_status(
             key,
             _merged(decide.failed_patch(reason, message), runner_id),
             resource_version=er.metadata.resource_version,
@@ -532,8 +597,7 @@ class RunnerReconciler:
         ER (owner-reference garbage collection); only a pod still running (a hung runner, a
         sidecar after the runner's exit) is deleted now, with the uid of the pod decided on."""
         key = EPHEMERAL_RUNNERS.key_of(er)
-        er = await self.writer.patch_status(
-            EPHEMERAL_RUNNERS,
+        er = await self._patch_er_status(
             key,
             _merged(decide.finished_patch(reason, message, self.clock.now()), runner_id),
             resource_version=er.metadata.resource_version,
@@ -656,12 +720,14 @@ class RunnerReconciler:
         if FINALIZER_EPHEMERAL_RUNNER in finalizers and er.spec.has_container_hook_configured():
             await self._cleanup_hook_objects(er)
         with contextlib.suppress(NotFound):
-            await self.writer.patch_merge(
-                EPHEMERAL_RUNNERS,
+            await self._patch_er(
                 EPHEMERAL_RUNNERS.key_of(er),
                 {"metadata": {"finalizers": [f for f in finalizers if f not in OWN_FINALIZERS]}},
                 resource_version=er.metadata.resource_version,
             )
+        key = EPHEMERAL_RUNNERS.key_of(er)
+        self._seen_rv.pop(key, None)  # released: nothing more to remember of it
+        self._read_server.discard(key)
         return DONE
 
     async def _pod_alive(self, er: EphemeralRunner) -> bool:
@@ -766,7 +832,7 @@ class RunnerReconciler:
     async def _job_once(self, event: JobStarted | JobCompleted) -> str:
         key = ObjectKey(event.scale_set.namespace, event.runner_name)
         fields = {"namespace": key.namespace, "name": key.name, "job_id": event.job_id, "runner_id": event.runner_id}
-        er = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
+        er = await self._get_er(key)  # authoritative: see the module docstring
         if er is None:
             log.info("job event for an unknown EphemeralRunner; ignored", **fields)
             return "unknown_runner"
@@ -784,15 +850,20 @@ class RunnerReconciler:
         written = False
         patch = jobs.job_status_patch(er, event)
         if patch is not None:
-            er = await self.writer.patch_status(
-                EPHEMERAL_RUNNERS, key, patch, resource_version=er.metadata.resource_version
-            )
+            er = await self._patch_er_status(key, patch, resource_version=er.metadata.resource_version)
             written = True
         mark = jobs.completion_patch(er, event)
         if mark is not None:
-            await self.writer.patch_merge(EPHEMERAL_RUNNERS, key, mark, resource_version=er.metadata.resource_version)
+            await self._patch_er(key, mark, resource_version=er.metadata.resource_version)
             written = True
         return "recorded" if written else "unchanged"
+
+
+def _rv_int(rv: Any) -> int | None:
+    try:
+        return int(rv)
+    except (TypeError, ValueError):
+        return None
 
 
 def _merged(patch: JsonTree, runner_id: JsonTree | None) -> JsonTree:

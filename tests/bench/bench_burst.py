@@ -6,9 +6,9 @@ default worker settings, ``minRunners`` 0 and ``maxRunners`` N. Once the listene
 open, N long jobs are queued in one call; the clock runs from that call until N runner pods
 (pods owned by an EphemeralRunner) report phase Running, seen through a watch (an informer: the
 observer costs the API server what it is sent, not a list of every pod per sample). A fresh stack
-per N. The demo's own runner tracker (a LIST of every EphemeralRunner every 0.2 s, for the
-demo's summary, which a custom workload does not print) is not run: at N = 3,000 it was an
-O(N × time) load of its own on the API server and on this process. The runner-set and runner
+per N. The demo's own runner tracker (for the demo's summary, which a custom workload does not
+print) is not run: it was a LIST of every EphemeralRunner every 0.2 s, at N = 3,000 an O(N × time)
+load of its own; it is a watch now, but this process need not decode every runner twice. The runner-set and runner
 workers' RSS is read at the end of each burst, and each component's CPU seconds during it (less
 disturbed by the shared machine's load than wall time).
 

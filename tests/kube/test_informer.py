@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from services.embedded.apiserver import EmulatorControl
+from shared.api import presence
 from shared.kube import EPHEMERAL_RUNNER_SETS, ApiReader, ApiWriter, Change, ChangeType, Informer, KubeClient, ObjectKey
 from shared.kube.informer import is_stale
 
@@ -94,6 +95,23 @@ async def test_sync_scopes_and_cached_reads(
     await eventually(
         lambda: [e.metadata.name for e in team_x.list_cached()] == ["b"], what="selector cache follows relabel"
     )
+
+
+async def test_cache_holds_one_lean_copy_and_hands_out_equal_copies(
+    kube: KubeClient, writer: ApiWriter, reader: ApiReader, namespace: str, running: StartInformer
+) -> None:
+    """Issue 10 (memory and decode cost): the cache keeps one decoded object per key, without the
+    JSON it came from and without the presence record (8x the decode time); a copy it hands out
+    equals the server's object and is the caller's own."""
+    await writer.create(EPHEMERAL_RUNNER_SETS, ers(namespace, "a", labels={"team": "x"}))
+    informer = await running(Informer(kube, EPHEMERAL_RUNNER_SETS, namespace=namespace))
+    entry = informer._items[ObjectKey(namespace, "a")]
+    assert not hasattr(entry, "raw")
+    assert presence.given(entry.obj) is None and presence.given(entry.obj.spec) is None
+    server = await reader.get(EPHEMERAL_RUNNER_SETS, f"{namespace}/a")
+    copied = informer.get_cached(f"{namespace}/a")
+    assert copied == server and copied is not entry.obj
+    assert informer.list_owned_by("no-such-owner") == []
 
 
 async def test_handlers_see_added_modified_deleted_in_order(

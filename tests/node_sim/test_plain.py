@@ -4,6 +4,7 @@ is finalized; scheduling respects nodeSelector."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,3 +112,34 @@ async def test_status_conflicts_and_api_errors_are_retried(
         assert conditions(pod)["Ready"]["status"] == "True"
     # Spent rules leave the list: both fired as often as they could.
     assert [f for f in control.faults() if f.namespace == namespace] == []
+
+
+async def test_client_does_not_read_the_environment_per_request(kube: KubeRest) -> None:
+    """Issue 10: kubernetes-asyncio's session trusts the environment, which makes aiohttp read
+    netrc and the proxy variables in a thread on every request; the node sim resolves them once."""
+    session = kube._api.rest_client.pool_manager
+    assert session.trust_env is False
+
+
+async def test_status_writes_are_not_preceded_by_reads(
+    kube_api: KubeApi, namespace: str, kube: KubeRest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10: a status write is decided on the pod as the watch (or the last write) left it;
+    the pod is read only where its copy is known to be old (after the binding) or after a 409."""
+    reads: list[str] = []
+    async with running_node(node_config(kube_api, namespace, tmp_path)) as node:
+        assert node.kube is not None
+        real_get = node.kube.get
+
+        async def get(kind: str, ns: str, name: str) -> Any:
+            if kind == "pods" and name == "web":
+                reads.append(name)
+            return await real_get(kind, ns, name)
+
+        monkeypatch.setattr(node.kube, "get", get)  # the node's client only, not this test's
+        await create(kube, namespace, "pods", pod_body("web", containers=[{"name": "web", "image": "nginx:1.27"}]))
+        await wait_pod(
+            kube, namespace, "web", lambda p: conditions(p).get("Ready", {}).get("status") == "True", what="Ready"
+        )
+        # The read after the binding (a GET before every status write made 4 here).
+        assert len(reads) <= 1, reads

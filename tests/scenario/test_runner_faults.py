@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-import anyio
 import msgspec
 import pytest
 
+from services.runner.reconciler import OWN_FINALIZERS
 from shared.actions import ActionsClient, PersonalAccessToken
 from shared.api import EphemeralRunner, EphemeralRunnerStatus
-from shared.kube import EPHEMERAL_RUNNERS, PODS, SECRETS, ObjectKey, Resource
+from shared.kube import EPHEMERAL_RUNNERS, PODS, SECRETS, ObjectKey
 from shared.worker import WorkerSettings
 from tests.fixtures.actions_sim import ActionsSim
 from tests.fixtures.apiserver import KubeApi
@@ -171,41 +171,72 @@ async def test_pod_lost_right_after_a_job_started_deletes_the_runner(
     runner_env: RunnerEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The race behind test_pod_lost_while_running_a_job_deletes_the_runner timing out under load:
-    the worker reads the ER (no job yet), the job is recorded and the pod vanishes, then the
-    worker finds no pod (its informer already saw the deletion). It must not create a new pod (for
-    a spent JIT config) from the stale ER read: it re-reads the ER first, sees the job, and
-    finishes the runner (issue 11). The worker's ER read is held right after it was answered."""
+    the worker's ER (from its cache) has no job yet, the job is recorded and the pod vanishes, then
+    the worker finds no pod (its informer already saw the deletion). It must not create a new pod
+    (for a spent JIT config) from the stale ER: it re-reads the ER from the server first, sees the
+    job, and finishes the runner (issue 11). Here the worker's ER cache is held at the version
+    without the job for the rest of the test (a cache that lags as long as it likes)."""
     env = runner_env
     await env.create_er("er-race")
     await wait_for(lambda: _runner_id(env, "er-race"), what="registered")
     pod = await env.wait_pod("er-race")
-    reader = env.reconciler.reader
-    real_get = reader.get_or_none
-    armed, held, release = [True], anyio.Event(), anyio.Event()
+    stale = await env.er("er-race")  # no job yet: what the worker's cache will keep answering
+    assert stale is not None and stale.status is not None and not stale.status.job_id
+    real_cached: Callable[[ObjectKey], EphemeralRunner | None] = env.reconciler._cached_er
 
-    async def get_or_none(resource: Resource[Any], key: ObjectKey | str, *args: Any, **kwargs: Any) -> Any:
-        obj = await real_get(resource, key, *args, **kwargs)
-        if armed[0] and resource is EPHEMERAL_RUNNERS and key == env.key("er-race"):
-            armed[0] = False
-            held.set()
-            await release.wait()  # the answer (no job) is now stale
-        return obj
+    def cached(key: ObjectKey) -> EphemeralRunner | None:
+        return stale if key == env.key("er-race") else real_cached(key)
 
-    monkeypatch.setattr(reader, "get_or_none", get_or_none)
-    # Wake the worker: its pass reads the ER and is held there.
-    await env.kube.writer.patch_merge(EPHEMERAL_RUNNERS, env.key("er-race"), {"metadata": {"labels": {"poke": "1"}}})
-    with anyio.fail_after(20):
-        await held.wait()
+    monkeypatch.setattr(env.reconciler, "_cached_er", cached)
     await env.kube.writer.patch_status(
         EPHEMERAL_RUNNERS, env.key("er-race"), {"status": {"jobId": "job-1", "jobRequestId": 11}}
     )
     await env.kube.writer.delete(PODS, env.key("er-race"), uid=pod.metadata.uid)
-    cached = env.reconciler._cached_pod
-    await wait_for(lambda: cached(env.key("er-race")) is None, what="the worker's informer saw the pod go")
-    release.set()
     await env.wait_finished("er-race", "PodLostWithJob")
     await env.wait_gone("er-race")
     await env.wait_events("er-race", "PodLostWithJob")  # a list of Events lags its writes (real API server)
+
+
+async def test_cache_lagging_the_workers_own_writes_does_not_register_again(
+    runner_env: RunnerEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read-your-writes (issue 10, module docstring of services/runner/reconciler.py): the ER
+    cache is held at the version the worker first saw (finalizers set, no runner id: the ER as the
+    runner-set worker creates it). After the worker's own status patch with the runner id, its
+    later passes must not decide on that older copy, which would call the Actions service for a
+    JIT config again (answered RunnerExists)."""
+    env = runner_env
+    frozen: dict[ObjectKey, EphemeralRunner] = {}
+    real_cached: Callable[[ObjectKey], EphemeralRunner | None] = env.reconciler._cached_er
+
+    def cached(key: ObjectKey) -> EphemeralRunner | None:
+        if key != env.key("er-ryw"):
+            return real_cached(key)
+        if key not in frozen:
+            found = real_cached(key)
+            if found is None:
+                return None
+            frozen[key] = found
+        return frozen[key]
+
+    monkeypatch.setattr(env.reconciler, "_cached_er", cached)
+    registry = env.worker.ctx.registry
+    exists = ("runnerscale_runner_jit_configs_total", {"result": "runner_exists"})
+    before = registry.get_sample_value(*exists) or 0.0
+    await env.create_er("er-ryw", finalizers=OWN_FINALIZERS)
+    runner_id = await wait_for(lambda: _runner_id(env, "er-ryw"), what="registered")
+    await env.wait_pod("er-ryw")
+    await env.run("er-ryw")  # the worker's next pass records phase Running
+
+    async def running() -> bool:
+        er = await env.er("er-ryw")
+        return er is not None and er.status is not None and er.status.phase == "Running"
+
+    await wait_for(running, what="phase Running recorded")
+    assert frozen, "the worker never read its ER cache"
+    assert (registry.get_sample_value(*exists) or 0.0) == before
+    final = await env.er("er-ryw")
+    assert final is not None and final.status is not None and final.status.runner_id == runner_id
 
 
 async def _pod(env: RunnerEnv, name: str) -> tuple[EphemeralRunner | None, Any]:

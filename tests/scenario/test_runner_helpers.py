@@ -70,6 +70,7 @@ class RunnerEnv:
         template: dict[str, Any] | None = None,
         revision: int | None = 3,
         scale_set_id: int | None = None,
+        finalizers: tuple[str, ...] = (),
     ) -> EphemeralRunner:
         template = template or runner_template()
         annotations = {ANNOTATION_ACTIONABLE_REVISION: str(revision)} if revision is not None else {}
@@ -85,6 +86,7 @@ class RunnerEnv:
                     "app.kubernetes.io/component": "runner",
                 },
                 "annotations": annotations,
+                **({"finalizers": list(finalizers)} if finalizers else {}),
             },
             "spec": {
                 "githubConfigUrl": self.sim.config_url(),

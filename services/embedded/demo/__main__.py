@@ -33,10 +33,11 @@ import nats
 from services.embedded.demo.cluster import CRDS, DemoKube, crd_documents
 from services.embedded.demo.summary import JobTimes, RequestCount, summarize
 from services.embedded.demo.supervisor import ChildSpec, free_port, supervised
+from shared.api import EphemeralRunner
 from shared.bus import messages as bus_messages
 from shared.bus import permissions as bus_permissions
 from shared.bus import subjects
-from shared.kube import KubeClient
+from shared.kube import EPHEMERAL_RUNNERS, Change, ChangeType, Informer, KubeClient
 
 DEMO_NAMESPACE = "arc-runners"
 CONTROLLER_NAMESPACE = "arc-systems"
@@ -377,9 +378,7 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
                             latest["desired"] = f"desired={state.replicas} patchId={state.patch_id}"
 
                     await nc.subscribe(f"{subjects.PREFIX}.desired.>", cb=on_desired)
-                    tracker = RunnerTracker(
-                        kube, f"/apis/actions.github.com/v1alpha1/namespaces/{opts.namespace}/ephemeralrunners"
-                    )
+                    tracker = RunnerTracker(kube, opts.namespace)
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(tracker.run)
                         result = await (workload or _workload)(opts, kube, http, sim_url, say, latest)
@@ -402,30 +401,34 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
 
 class RunnerTracker:
     """When each EphemeralRunner was first seen Running and when it was seen gone (for the
-    summary's latencies; sampled every 0.2 s, so that is their resolution)."""
+    summary's latencies), from a watch of the namespace's EphemeralRunners (an informer: the
+    API server sends each change once, instead of a list of every runner every 0.2 s, a load that
+    grew with runners × time; issue 10)."""
 
-    def __init__(self, kube: DemoKube, path: str) -> None:
-        self.kube, self.path = kube, path
+    def __init__(self, kube: DemoKube | None, namespace: str) -> None:
+        self.kube, self.namespace = kube, namespace
         self.running_at: dict[str, float] = {}
         self.removed_at: dict[str, float] = {}
         self.seen: set[str] = set()
 
-    def observe(self, items: list[dict[str, Any]], now: float) -> None:
-        present = set()
-        for r in items:
-            name = (r.get("metadata") or {}).get("name", "")
-            present.add(name)
-            self.seen.add(name)
-            if (r.get("status") or {}).get("phase") == "Running":
-                self.running_at.setdefault(name, now)
-        for name in self.seen - present:
+    def record(self, name: str, phase: str, gone: bool, now: float) -> None:
+        """One observed state of runner ``name`` at ``now`` (pure bookkeeping)."""
+        self.seen.add(name)
+        if gone:
             self.removed_at.setdefault(name, now)
+        elif phase == "Running":
+            self.running_at.setdefault(name, now)
+
+    def on_change(self, change: Change[EphemeralRunner]) -> None:
+        er = change.obj
+        phase = er.status.phase if er.status is not None else ""
+        self.record(change.key.name, str(phase or ""), change.type is ChangeType.DELETED, time.time())
 
     async def run(self) -> None:
-        while True:
-            with anyio.move_on_after(5):
-                self.observe(await self.kube.list_items(self.path), time.time())
-            await anyio.sleep(0.2)  # the sampling period of a measurement, not synchronisation
+        assert self.kube is not None
+        informer = Informer(self.kube.client, EPHEMERAL_RUNNERS, namespace=self.namespace)
+        informer.add_handler(self.on_change)
+        await informer.run()
 
 
 async def _summary(kube: DemoKube, http: aiohttp.ClientSession, sim_url: str, tracker: RunnerTracker) -> list[str]:

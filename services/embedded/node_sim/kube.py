@@ -16,6 +16,7 @@ import aiohttp
 import anyio
 import msgspec
 
+from shared.kube.client import _resolve_environment_once as resolve_environment_once
 from shared.log import get_logger
 
 log = get_logger(__name__)
@@ -54,7 +55,12 @@ class KubeRest:
 
         cfg = client.Configuration()
         await config.load_kube_config(config_file=str(path), client_configuration=cfg)
-        return cls(client.ApiClient(configuration=cfg), timeout)
+        api = client.ApiClient(configuration=cfg)
+        # kubernetes-asyncio's session has trust_env=True: aiohttp would re-read netrc and the
+        # proxy environment in a thread on every request (issue 10). Resolve them once, as the
+        # workers' client does.
+        resolve_environment_once(api)
+        return cls(api, timeout)
 
     @property
     def host(self) -> str:

@@ -306,6 +306,7 @@ class PodWorker:
         self._tails: dict[str, deque[str]] = {}
         self._last_event: tuple[str, str] | None = None
         self._lost = False
+        self._read_before_write = False  # self.pod's version is known to be old (after the binding)
         self.main_done = anyio.Event()
         self._volume_dirs: dict[str, str] = {}
         self.update(pod)
@@ -319,7 +320,10 @@ class PodWorker:
     def update(self, pod: Obj) -> None:
         if str(model.meta(pod).get("uid", "")) != self.rt.uid:
             return
+        if _older(pod, self.pod):
+            return  # a watch event from before this worker's own last write: keep the newer copy
         self.pod = pod
+        self._read_before_write = False
         if model.meta(pod).get("deletionTimestamp"):
             self.deleting.set()
         self._changed.set()
@@ -457,6 +461,7 @@ class PodWorker:
                 await self._wait(changed, self.cfg.retry_interval)
                 continue
             self.pod = {**self.pod, "spec": {**model.spec(self.pod), "nodeName": self.node.node_name}}
+            self._read_before_write = True  # the binding changed the pod: this copy's version is old
             await self._event(
                 "Normal",
                 "Scheduled",
@@ -901,17 +906,24 @@ class PodWorker:
             await self._flush()
 
     async def _flush(self) -> None:
-        """Write the rendered runtime until the server has it (or the pod is gone)."""
+        """Write the rendered runtime until the server has it (or the pod is gone).
+
+        The write is a PUT of the whole pod with its resourceVersion, so it is decided on the pod
+        as the watch (or this worker's last write) left it, without a GET first (issue 10: a GET
+        per status write was a tenth of node-sim's time in a burst); a 409 reads the pod and
+        decides again."""
         assert self.node.kube is not None
         async with self._write_lock:
             backoff = 0.2
+            read_first = self._read_before_write
             while self._dirty.is_set() and not self.gone.is_set():
                 self._dirty = anyio.Event()
                 if self._lost:
                     # Containers killed by the loss may have reported ordinary exits meanwhile.
                     model.lose_runtime(self.rt, self.node.node_name, model.now_rfc3339())
                 try:
-                    live = await self._read()
+                    live = await self._read() if read_first else self.pod
+                    read_first = self._read_before_write = False
                     if live is None:
                         return
                     if (model.spec(live).get("nodeName") or "") not in ("", self.node.node_name):
@@ -922,12 +934,15 @@ class PodWorker:
                     status = model.render_status(live, self.rt, model.now_rfc3339())
                     if live.get("status") == status:
                         continue
-                    await self.node.kube.replace_pod_status({**live, "status": status})
+                    written = await self.node.kube.replace_pod_status({**live, "status": status})
+                    if str(model.meta(written).get("uid", "")) == self.rt.uid:
+                        self.pod = written  # the newest this worker knows: the next write's base
                     backoff = 0.2
                 except KubeError as exc:
                     self._dirty.set()
                     if exc.status == 409:
-                        continue  # decided on a stale read: read again
+                        read_first = True  # decided on a stale copy: read the pod and decide again
+                        continue
                     if exc.status == 404:
                         self.mark_gone()
                         return
@@ -974,6 +989,15 @@ class PodWorker:
             await self.node.kube.create_event(self.rt.namespace, event)
         except TRANSIENT_ERRORS as exc:
             self.log.debug("event not recorded", reason=reason, error=str(exc))
+
+
+def _older(pod: Obj, than: Obj) -> bool:
+    """``pod`` is an older version than ``than`` (resourceVersions compared as integers, as etcd
+    and the emulator issue them; opaque versions are never judged older)."""
+    try:
+        return int(model.meta(pod).get("resourceVersion", "")) < int(model.meta(than).get("resourceVersion", ""))
+    except (TypeError, ValueError):
+        return False
 
 
 def _container_refs(pod: Obj, cspec: Obj) -> set[tuple[str, str]]:

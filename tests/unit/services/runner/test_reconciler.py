@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from services.runner.decide import RunnerSettings
-from services.runner.reconciler import RunnerReconciler, _Stop
+from services.runner.reconciler import OWN_FINALIZERS, RunnerReconciler, _Stop
 from shared.actions import (
     ActionsClient,
     JitRunnerConfig,
@@ -279,3 +279,14 @@ async def test_busy_runner_removal_waits_unless_its_pod_is_gone_for_long(
     rec, events = reconciler(FakeReader({PODS: pod}), client=client)
     assert await rec._unregister(er({"runnerId": 4}, deleting=True)) == expected
     assert ("RunnerRemovalAbandoned" in [r for r, _ in events.seen]) is (expected is None)
+
+
+async def test_finalizers_already_set_are_not_written() -> None:
+    """Issue 10: the runner-set may create ERs with both finalizers already set; the runner
+    worker then writes none (FakeWriter has no patch method: a patch would raise)."""
+    writer = FakeWriter()
+    rec, _ = reconciler(writer=writer)
+    runner = er()
+    runner.metadata.finalizers = list(OWN_FINALIZERS)
+    assert await rec._ensure_finalizers(runner) is runner
+    assert writer.calls == []

@@ -56,10 +56,10 @@ def test_no_counters_on_a_real_server_and_no_samples() -> None:
 
 
 def test_tracker_records_first_running_and_removal() -> None:
-    t = RunnerTracker(kube=None, path="")  # type: ignore[arg-type]
-    t.observe([{"metadata": {"name": "a"}, "status": {"phase": "Pending"}}], 1.0)
-    t.observe([{"metadata": {"name": "a"}, "status": {"phase": "Running"}}], 2.0)
-    t.observe([{"metadata": {"name": "a"}, "status": {"phase": "Running"}}], 3.0)
-    t.observe([], 4.0)
-    t.observe([], 5.0)
+    t = RunnerTracker(kube=None, namespace="")
+    t.record("a", "Pending", False, 1.0)
+    t.record("a", "Running", False, 2.0)
+    t.record("a", "Running", False, 3.0)
+    t.record("a", "Running", True, 4.0)
+    t.record("a", "Running", True, 5.0)
     assert (t.running_at, t.removed_at, t.seen) == ({"a": 2.0}, {"a": 4.0}, {"a"})
