@@ -92,7 +92,7 @@ class RequestRateLimit:
             await anyio.sleep(delay)
 
 
-def _resolve_environment_once(api_client: Any) -> None:
+def resolve_environment_once(api_client: Any) -> None:
     """Pin the proxy settings from the environment now and stop aiohttp from re-reading them.
 
     kubernetes-asyncio builds its aiohttp session with ``trust_env=True``, which makes aiohttp read
@@ -132,7 +132,7 @@ class KubeClient:
             raise ValueError(f"request_timeout must be > 0, got {request_timeout}")
         if not math.isfinite(qps):
             raise ValueError(f"qps must be finite, got {qps}")
-        _resolve_environment_once(api_client)
+        resolve_environment_once(api_client)
         self._api = api_client
         self.request_timeout = float(request_timeout)
         self.rate_limit = RequestRateLimit(qps, burst)

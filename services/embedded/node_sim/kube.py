@@ -16,7 +16,7 @@ import aiohttp
 import anyio
 import msgspec
 
-from shared.kube.client import _resolve_environment_once as resolve_environment_once
+from shared.kube.client import resolve_environment_once
 from shared.log import get_logger
 
 log = get_logger(__name__)
