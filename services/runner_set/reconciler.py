@@ -227,6 +227,7 @@ class RunnerSetReconciler:
             return await self._finalize(key, ers)
         finalizers = adopt.live_finalizers(ers.metadata.finalizers)  # ours, in place of ARC 0.12-0.14's
         if finalizers is not None:
+            # Added alone, before any runner exists: the pass ends with it (README "Worker runtime").
             await self.writer.patch_merge(
                 EPHEMERAL_RUNNER_SETS,
                 key,

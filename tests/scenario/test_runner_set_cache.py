@@ -13,7 +13,15 @@ from services.runner_set.failures import FailurePolicy
 from services.runner_set.reconciler import RunnerSetReconciler
 from shared.api import EphemeralRunner
 from shared.bus import Bus
-from shared.kube import EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, EventRecorder, Informer, ObjectKey, ReconcileContext
+from shared.kube import (
+    EPHEMERAL_RUNNER_SETS,
+    EPHEMERAL_RUNNERS,
+    NEXT_PASS,
+    EventRecorder,
+    Informer,
+    ObjectKey,
+    ReconcileContext,
+)
 from tests.fixtures.actions_sim import ActionsSim
 from tests.scenario.conftest import Kube
 from tests.scenario.runner_set_helpers import create_ers, get_ers, runners, sim_scale_set
@@ -54,7 +62,10 @@ async def test_lagging_cache_never_over_creates(
     reconciler.pass_spacing = 0.0  # every reconcile below decides (no spacing between passes)
     ctx = ReconcileContext.direct("cache-lag")
 
-    await reconciler.reconcile(key, ctx)  # the key's first pass reads through the API: creates 3
+    # The first pass only adds the finalizer (one patch per pass, README "Worker runtime"); the
+    # next, the key's first decision, reads through the API: creates 3.
+    assert await reconciler.reconcile(key, ctx) == NEXT_PASS
+    await reconciler.reconcile(key, ctx)
     assert len(await runners(kube, namespace)) == 3
     assert len(cache.list_cached()) == 0  # the cache has not seen them
 
