@@ -99,6 +99,9 @@ async def test_creation_is_the_jit_call_plus_minimal_writes(
     monkeypatch.setattr(rec, "_reconcile", one_pass)
     await env.create_er(name)
     er, _ = await _registered(env, name)
+    # Taken before the write: on a real API server the watch event can start the pass before the
+    # write's own answer is back here.
+    after = anyio.current_time()
     # the kubelet's part: the runner container is waiting for its image, pod phase Pending
     await env.set_pod_status(
         name,
@@ -109,7 +112,6 @@ async def test_creation_is_the_jit_call_plus_minimal_writes(
             ],
         },
     )
-    after = anyio.current_time()
     await wait_for(lambda: any(t >= after for t in passes), what="a pass that saw the Pending pod")
     assert secret_reads == []
     assert [kind for kind, _ in writes] == ["merge", "status"], writes
