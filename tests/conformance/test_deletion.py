@@ -161,9 +161,24 @@ async def test_foreground_deletion_waits_for_blocking_dependents(http: Http, nam
     await wait_gone(http, widgets(namespace, "fg"))
 
 
+async def wait_collector_saw_configmaps(http: Http, namespace: str, owner: dict[str, Any]) -> None:
+    """Return once the garbage collector has seen every ConfigMap created so far in ``namespace``.
+
+    A real collector orphans only the dependents already in its graph: one its informer has not
+    seen yet when the owner is deleted is later collected as dangling. Its informer delivers events
+    in order, so a probe created now with a dangling owner (a wrong uid) being collected proves
+    the earlier ConfigMaps were seen.
+    """
+    dangling = ref(owner)
+    dangling["uid"] = "00000000-0000-4000-8000-00000000beef"
+    await http.create(core(namespace, "configmaps"), {"metadata": {"name": "gc-probe", "ownerReferences": [dangling]}})
+    await wait_gone(http, core(namespace, "configmaps", "gc-probe"), timeout=30)
+
+
 async def test_orphan_deletion_keeps_dependents(http: Http, namespace: str) -> None:
     owner = await http.create(widgets(namespace), widget("or"))
     await http.create(core(namespace, "configmaps"), {"metadata": {"name": "kept", "ownerReferences": [ref(owner)]}})
+    await wait_collector_saw_configmaps(http, namespace, owner)
     status, marked = await http.delete(widgets(namespace, "or"), {"propagationPolicy": "Orphan"})
     assert "orphan" in marked["metadata"]["finalizers"]
     await wait_gone(http, widgets(namespace, "or"))
