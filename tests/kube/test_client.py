@@ -62,8 +62,10 @@ async def test_requests_are_paced_by_the_client_rate_limit(kube_api: KubeApi) ->
         started = anyio.current_time()
         for _ in range(6):  # 2 from the burst, then 4 at 20/s: at least 0.2 s
             await client.request("GET", "/api/v1/namespaces/default", what="GET namespace default")
+        # A lower bound holds at any server speed; how many requests waited does not (a slow answer
+        # refills a token), so the exact counts are tested on a fake clock (tests/unit/shared/kube).
         assert anyio.current_time() - started >= 0.19
-    assert client.rate_limit.throttled == 4
+    assert client.rate_limit.throttled >= 1
 
 
 async def test_the_unthrottled_view_is_not_paced_and_shares_the_connection(kube_api: KubeApi) -> None:
