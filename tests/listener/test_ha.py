@@ -76,7 +76,12 @@ async def test_killed_between_receiving_and_publishing_loses_nothing(
     actions_sim: ActionsSim, scale_set: ScaleSet, make_config: Callable[..., ListenerConfig], nats_server: NatsServer
 ) -> None:
     # A lease long enough that the leader is still leading (retrying its publish) when killed.
-    cfg = make_config(min_runners=1, max_runners=5, ha={"lease_ttl_seconds": 6, "renew_interval_seconds": 0.5})
+    cfg = make_config(min_runners=1, max_runners=5, ha={"lease_ttl_seconds": 12, "renew_interval_seconds": 0.5})
+    # Polls held until a message comes: the JobStarted must reach the listener in the poll that is
+    # open when NATS stops. With the default 1 s hold, that poll ended empty before the runner took
+    # the job on a loaded machine; the listener then retried publishing the desired state (polling
+    # pauses while NATS is down) and never received it.
+    await actions_sim.control.configure(poll_wait=30.0)
     async with ActionsClient.from_config(actions_sim.config_url(), PersonalAccessToken(actions_sim.pat)) as client:
         jit = await client.generate_jit_config(scale_set.id, "arc-runners-kill1")
     async with anyio.create_task_group() as runners:
@@ -102,7 +107,7 @@ async def test_killed_between_receiving_and_publishing_loses_nothing(
             # The successor gets the unacknowledged message again and publishes its effect.
             started = await wait_until(
                 lambda: last_message(nats_server.url, subjects.job_started_subject(NAMESPACE, scale_set.name)),
-                timeout=30,
+                timeout=60,  # the victim's lease (12 s) runs out first
             )
             assert (started.runner_name, started.listener_epoch) == ("arc-runners-kill1", successor.epoch)
             await wait_until(lambda: all_acked(actions_sim, scale_set.id), timeout=10)

@@ -21,7 +21,7 @@ fixture (tests/fixtures/apiserver.py); :func:`require_crds` checks they are serv
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -29,7 +29,7 @@ import msgspec
 import pytest
 
 from shared.bus import Bus, BusSettings
-from shared.kube import SECRETS, ApiReader, ApiWriter, KubeClient
+from shared.kube import SECRETS, ApiReader, ApiWriter, KubeClient, ObjectKey, Resource, retry_on_conflict
 from shared.worker import WorkerSettings
 from tests.fixtures.actions_sim import ActionsSim
 from tests.fixtures.apiserver import KubeApi
@@ -47,6 +47,26 @@ class Kube:
     client: KubeClient
     reader: ApiReader
     writer: ApiWriter
+
+    async def edit(
+        self, resource: Resource[T], key: ObjectKey | str, patch: Mapping[str, Any], *, status: bool = False
+    ) -> T:
+        """A user's edit (``kubectl edit``/``patch``) of an object a running worker may write too.
+
+        Reads authoritatively, merge-patches (the ``/status`` subresource when ``status``) locked on
+        that read's resourceVersion, and redoes read + write on 409 Conflict, as kubectl does. A
+        worker writing the object in between is legitimate, not a failure of the test: a lone
+        read-then-patch made tests fail at random on a loaded machine or a real API server. Tests
+        of conflict or resourceVersion semantics write with ``self.writer`` directly.
+        """
+        write = self.writer.patch_status if status else self.writer.patch_merge
+
+        async def read_and_write() -> T:
+            current = await self.reader.get(resource, key)
+            rv = current.metadata.resource_version  # type: ignore[attr-defined]  # every kind has metadata
+            return await write(resource, key, patch, resource_version=rv)
+
+        return await retry_on_conflict(read_and_write, attempts=20)
 
 
 @pytest.fixture

@@ -71,17 +71,7 @@ async def get_ers(kube: Kube, namespace: str, name: str = "set") -> EphemeralRun
 
 async def set_runner_status(kube: Kube, er: EphemeralRunner, **status: Any) -> None:
     """Patch an ER's status as the runner worker would (retried on 409 against a fresh read)."""
-    key = EPHEMERAL_RUNNERS.key_of(er)
-    for _ in range(20):
-        current = await kube.reader.get(EPHEMERAL_RUNNERS, key)
-        try:
-            await kube.writer.patch_status(
-                EPHEMERAL_RUNNERS, key, {"status": status}, resource_version=current.metadata.resource_version
-            )
-            return
-        except Conflict:
-            continue
-    raise AssertionError(f"could not patch status of {key}")
+    await kube.edit(EPHEMERAL_RUNNERS, EPHEMERAL_RUNNERS.key_of(er), {"status": status}, status=True)
 
 
 class FakeRunnerWorker:

@@ -89,13 +89,7 @@ async def test_node_sim_runs_the_listener_pod_and_it_publishes_desired_state(
         # A config change must reach the *running* listener: the Secret data is rewritten, the
         # pod restarted (config revision), and the new process publishes the new level.
         first_uid = (await kube.reader.get(PODS, ObjectKey(namespace, AL_NAME))).metadata.uid
-        al = await kube.reader.get(AUTOSCALING_LISTENERS, ObjectKey(namespace, AL_NAME))
-        await kube.writer.patch_merge(
-            AUTOSCALING_LISTENERS,
-            ObjectKey(namespace, AL_NAME),
-            {"spec": {"minRunners": 3}},
-            resource_version=al.metadata.resource_version,
-        )
+        await kube.edit(AUTOSCALING_LISTENERS, ObjectKey(namespace, AL_NAME), {"spec": {"minRunners": 3}})
 
         async def republished() -> DesiredState | None:
             msg = await published()

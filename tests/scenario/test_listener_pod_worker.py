@@ -259,13 +259,7 @@ async def test_image_drift_recreates_exactly_once(
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()) as (handle, registry):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
-        al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
-        await kube.writer.patch_merge(
-            AUTOSCALING_LISTENERS,
-            key,
-            {"spec": {"image": "example.com/runnerscale:v2"}},
-            resource_version=al.metadata.resource_version,
-        )
+        await kube.edit(AUTOSCALING_LISTENERS, key, {"spec": {"image": "example.com/runnerscale:v2"}})
         second = await wait_new_pod(kube, namespace, first.metadata.uid)
         assert second.spec["containers"][0]["image"] == "example.com/runnerscale:v2"
         for _ in range(3):
@@ -291,7 +285,6 @@ async def test_added_template_container_recreates(
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
-        al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
         template = {
             "spec": {
                 "containers": [
@@ -300,9 +293,7 @@ async def test_added_template_container_recreates(
                 ]
             }
         }
-        await kube.writer.patch_merge(
-            AUTOSCALING_LISTENERS, key, {"spec": {"template": template}}, resource_version=al.metadata.resource_version
-        )
+        await kube.edit(AUTOSCALING_LISTENERS, key, {"spec": {"template": template}})
         second = await wait_new_pod(kube, namespace, first.metadata.uid)
         assert [c["name"] for c in second.spec["containers"]] == ["listener", "sidecar"]
         assert second.spec["containers"][0]["resources"]["limits"]["memory"] == "256Mi"
@@ -317,14 +308,8 @@ async def test_credential_rotation_rewrites_secret_data_and_restarts_pod(
     async with listener_pod_worker(worker_settings()) as (handle, registry):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
         cfg_secret = await get(kube, SECRETS, namespace, f"{AL_NAME}-config")
-        gh = await get(kube, SECRETS, namespace, "github-config")
         new_token = base64.b64encode(b"ghp_rotated_token_value").decode()
-        await kube.writer.patch_merge(
-            SECRETS,
-            ObjectKey(namespace, "github-config"),
-            {"data": {"github_token": new_token}},
-            resource_version=gh.metadata.resource_version,
-        )
+        await kube.edit(SECRETS, ObjectKey(namespace, "github-config"), {"data": {"github_token": new_token}})
         kick(handle, key)  # the resync in production; secrets are not watched
         second = await wait_new_pod(kube, namespace, first.metadata.uid)
         rotated = await get(kube, SECRETS, namespace, f"{AL_NAME}-config")
@@ -362,10 +347,7 @@ async def test_spec_change_rewrites_config(
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
-        al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
-        await kube.writer.patch_merge(
-            AUTOSCALING_LISTENERS, key, {"spec": {"maxRunners": 20}}, resource_version=al.metadata.resource_version
-        )
+        await kube.edit(AUTOSCALING_LISTENERS, key, {"spec": {"maxRunners": 20}})
         await wait_new_pod(kube, namespace, first.metadata.uid)
         assert (await config_of(kube, namespace)).max_runners == 20
 
@@ -377,7 +359,6 @@ async def test_metadata_changes_propagate_without_recreation(
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
-        al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
         patch = {
             "metadata": {"labels": {"arc.test/listener-label": "updated"}},
             "spec": {
@@ -385,7 +366,7 @@ async def test_metadata_changes_propagate_without_recreation(
                 "roleMetadata": {"annotations": {"role": "updated"}},
             },
         }
-        await kube.writer.patch_merge(AUTOSCALING_LISTENERS, key, patch, resource_version=al.metadata.resource_version)
+        await kube.edit(AUTOSCALING_LISTENERS, key, patch)
 
         async def propagated() -> bool:
             sa = await get(kube, SERVICE_ACCOUNTS, namespace, AL_NAME)
@@ -410,16 +391,10 @@ async def test_arc_listener_role_rules_are_taken_away(
     await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
-        role = await get(kube, ROLES, namespace, AL_NAME)
         arc_rules = [
             {"apiGroups": ["actions.github.com"], "resources": ["ephemeralrunners"], "verbs": ["patch"]},
         ]
-        await kube.writer.patch_merge(
-            ROLES,
-            ObjectKey(namespace, AL_NAME),
-            {"rules": arc_rules},
-            resource_version=role.metadata.resource_version,
-        )
+        await kube.edit(ROLES, ObjectKey(namespace, AL_NAME), {"rules": arc_rules})
 
         async def emptied() -> bool:
             return not (await get(kube, ROLES, namespace, AL_NAME)).rules
@@ -431,10 +406,7 @@ async def test_arc_listener_role_rules_are_taken_away(
 
 
 async def set_pod_status(kube: Kube, namespace: str, status: dict[str, Any]) -> None:
-    pod = await live_pod(kube, namespace)
-    await kube.writer.patch_status(
-        PODS, ObjectKey(namespace, AL_NAME), {"status": status}, resource_version=pod.metadata.resource_version
-    )
+    await kube.edit(PODS, ObjectKey(namespace, AL_NAME), {"status": status}, status=True)
 
 
 async def test_terminated_listener_is_recreated_and_counted(
@@ -603,10 +575,7 @@ async def test_conflicts_on_writes_converge(
                     action="error", code=409, verb="patch", resource="secrets", namespace=namespace, times=1
                 )
             )
-            al = await kube.reader.get(AUTOSCALING_LISTENERS, key)
-            await kube.writer.patch_merge(
-                AUTOSCALING_LISTENERS, key, {"spec": {"minRunners": 2}}, resource_version=al.metadata.resource_version
-            )
+            await kube.edit(AUTOSCALING_LISTENERS, key, {"spec": {"minRunners": 2}})
             second = await wait_new_pod(kube, namespace, first.metadata.uid)
             secret = await get(kube, SECRETS, namespace, f"{AL_NAME}-config")
             assert parse_config(secret.decoded("config.json")).min_runners == 2
@@ -785,14 +754,8 @@ async def test_bus_wake_up_reconciles_the_listener(
     key = await setup_objects(kube, namespace)
     async with listener_pod_worker(worker_settings()):
         first = await wait_for(lambda: live_pod(kube, namespace), what="listener pod")
-        gh = await get(kube, SECRETS, namespace, "github-config")
         new_token = base64.b64encode(b"ghp_woken_by_the_bus").decode()
-        await kube.writer.patch_merge(
-            SECRETS,
-            ObjectKey(namespace, "github-config"),
-            {"data": {"github_token": new_token}},
-            resource_version=gh.metadata.resource_version,
-        )
+        await kube.edit(SECRETS, ObjectKey(namespace, "github-config"), {"data": {"github_token": new_token}})
         await bus.publish(
             ResourceChanged(resource_kind="AutoscalingListener", ref=ResourceRef(key.namespace, key.name))
         )

@@ -188,8 +188,8 @@ async def test_pod_lost_right_after_a_job_started_deletes_the_runner(
         return stale if key == env.key("er-race") else real_cached(key)
 
     monkeypatch.setattr(env.reconciler, "_cached_er", cached)
-    await env.kube.writer.patch_status(
-        EPHEMERAL_RUNNERS, env.key("er-race"), {"status": {"jobId": "job-1", "jobRequestId": 11}}
+    await env.kube.edit(
+        EPHEMERAL_RUNNERS, env.key("er-race"), {"status": {"jobId": "job-1", "jobRequestId": 11}}, status=True
     )
     await env.kube.writer.delete(PODS, env.key("er-race"), uid=pod.metadata.uid)
     await env.wait_finished("er-race", "PodLostWithJob")

@@ -138,7 +138,7 @@ class RunnerEnv:
         return await wait_for(finished, timeout=timeout, what=f"{name} finished ({reason})")
 
     async def set_pod_status(self, name: str, status: dict[str, Any]) -> Any:
-        return await self.kube.writer.patch_status(PODS, self.key(name), {"status": status})
+        return await self.kube.edit(PODS, self.key(name), {"status": status}, status=True)
 
     async def terminate(self, name: str, exit_code: int, *, phase: str = "Failed", reason: str = "") -> Any:
         state = {

@@ -212,7 +212,7 @@ async def test_finished_runner_after_its_job_is_not_removed_again_at_the_service
     env = runner_env
     await env.create_er("er-fin")
     er, _ = await _registered(env, "er-fin")
-    await env.kube.writer.patch_status(EPHEMERAL_RUNNERS, env.key("er-fin"), {"status": {"jobId": "job-9"}})
+    await env.kube.edit(EPHEMERAL_RUNNERS, env.key("er-fin"), {"status": {"jobId": "job-9"}}, status=True)
     from shared.actions import ActionsClient, PersonalAccessToken
 
     async with ActionsClient.from_config(env.sim.config_url(), PersonalAccessToken(env.sim.pat)) as client:
@@ -354,8 +354,8 @@ async def test_pod_lost_while_running_a_job_deletes_the_runner(runner_env: Runne
     env = runner_env
     await env.create_er("er-lost")
     _er, pod = await _registered(env, "er-lost")
-    await env.kube.writer.patch_status(
-        EPHEMERAL_RUNNERS, env.key("er-lost"), {"status": {"jobId": "job-1", "jobRequestId": 11}}
+    await env.kube.edit(
+        EPHEMERAL_RUNNERS, env.key("er-lost"), {"status": {"jobId": "job-1", "jobRequestId": 11}}, status=True
     )
     from shared.kube import PODS
 
@@ -369,7 +369,7 @@ async def test_failure_with_job_deletes_the_runner(runner_env: RunnerEnv) -> Non
     env = runner_env
     await env.create_er("er-jobfail")
     await _registered(env, "er-jobfail")
-    await env.kube.writer.patch_status(EPHEMERAL_RUNNERS, env.key("er-jobfail"), {"status": {"jobId": "job-2"}})
+    await env.kube.edit(EPHEMERAL_RUNNERS, env.key("er-jobfail"), {"status": {"jobId": "job-2"}}, status=True)
     await env.terminate("er-jobfail", 1, phase="Running")
     await env.wait_finished("er-jobfail", "PodFailedWithJob")
     await env.wait_gone("er-jobfail")

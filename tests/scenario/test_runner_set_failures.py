@@ -20,7 +20,7 @@ from services.runner_set.worker import WORKER
 from shared.api import EphemeralRunner
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION
 from shared.bus import Bus, DesiredState, ResourceRef
-from shared.kube import EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, EVENTS, Conflict, ObjectKey
+from shared.kube import EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, EVENTS, ObjectKey
 from shared.worker import WorkerSettings, running_worker
 from tests.fixtures.actions_sim import ActionsSim
 from tests.scenario.conftest import Kube, wait_for
@@ -245,19 +245,7 @@ async def _events_with(kube: Kube, namespace: str, reason: str) -> list[Any]:
 
 
 async def _patch_spec(kube: Kube, namespace: str, spec: dict[str, Any]) -> None:
-    for _ in range(20):
-        current = await get_ers(kube, namespace)
-        try:
-            await kube.writer.patch_merge(
-                EPHEMERAL_RUNNER_SETS,
-                ObjectKey(namespace, "set"),
-                {"spec": spec},
-                resource_version=current.metadata.resource_version,
-            )
-            return
-        except Conflict:
-            continue
-    raise AssertionError("could not patch the ERS spec")
+    await kube.edit(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"spec": spec})
 
 
 async def test_backoff_survives_a_runner_set_restart(
@@ -338,7 +326,7 @@ async def test_a_runner_that_gets_a_job_resets_the_budget(
         await bus.publish(desired(namespace, 2))
         first = await wait_for(lambda: _live_is(kube, namespace, 2), what="2 runners")
         for r in first:
-            await kube.writer.patch_merge(
+            await kube.edit(
                 EPHEMERAL_RUNNERS,
                 EPHEMERAL_RUNNERS.key_of(r),
                 {"metadata": {"annotations": {failures.ANNOTATION_FAILED_AT: dt.datetime.now(dt.UTC).isoformat()}}},  # type: ignore[attr-defined]  # imported there from shared.api.constants

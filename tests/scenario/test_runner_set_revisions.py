@@ -28,8 +28,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def bump_revision(kube: Kube, bus: Bus, namespace: str, revision: int) -> None:
-    ers = await get_ers(kube, namespace)
-    await kube.writer.patch_merge(
+    await kube.edit(
         EPHEMERAL_RUNNER_SETS,
         ObjectKey(namespace, "set"),
         {
@@ -38,7 +37,6 @@ async def bump_revision(kube: Kube, bus: Bus, namespace: str, revision: int) -> 
                 "ephemeralRunnerSpec": {"spec": {"containers": [{"name": "runner", "image": f"img:{revision}"}]}},
             }
         },
-        resource_version=ers.metadata.resource_version,
     )
     await bus.publish(RevisionPublished(ers=ResourceRef(namespace, "set"), revision=revision))
 
@@ -73,12 +71,11 @@ async def test_rollout_replaces_idle_keeps_busy_then_applies_and_publishes(
         await wait_for(lambda: _registered(kube, namespace, 3), what="3 registered runners")
         busy = sorted(await live(kube, namespace), key=lambda r: r.metadata.name)[0]
         await set_runner_status(kube, busy, jobId="job-42")
-        ers = await get_ers(kube, namespace)
-        await kube.writer.patch_status(
+        await kube.edit(
             EPHEMERAL_RUNNER_SETS,
             ObjectKey(namespace, "set"),
             {"status": {"finishedRunnerCleanupPatchID": 5}},
-            resource_version=ers.metadata.resource_version,
+            status=True,
         )
         old_ids = {
             cast(EphemeralRunnerStatus, r.status).runner_id
@@ -326,13 +323,7 @@ async def test_parked_outdated_set_drains_idle_runners_busy_ones_finish(
         await wait_for(lambda: _phase(kube, namespace, "Outdated"), what="phase Outdated")
 
         # the scale-set worker parks the set (README "scale-set worker", Outdated guard)
-        ers = await get_ers(kube, namespace)
-        await kube.writer.patch_merge(
-            EPHEMERAL_RUNNER_SETS,
-            ObjectKey(namespace, "set"),
-            {"spec": {"replicas": 0, "patchID": 0}},
-            resource_version=ers.metadata.resource_version,
-        )
+        await kube.edit(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"spec": {"replicas": 0, "patchID": 0}})
 
         async def drained() -> bool:
             names = {r.metadata.name for r in await live(kube, namespace)}

@@ -410,13 +410,7 @@ async def test_never_more_runners_than_max_runners_whatever_the_bus_or_spec_says
 
         assert clamped() >= 1
         # spec.replicas written above maxRunners (not through the bus): creation stops at 4 anyway.
-        fresh = await get_ers(kube, namespace)
-        await kube.writer.patch_merge(
-            EPHEMERAL_RUNNER_SETS,
-            ObjectKey(namespace, "set"),
-            {"spec": {"replicas": 9, "patchID": 0}},
-            resource_version=fresh.metadata.resource_version,
-        )
+        await kube.edit(EPHEMERAL_RUNNER_SETS, ObjectKey(namespace, "set"), {"spec": {"replicas": 9, "patchID": 0}})
         await wait_for(lambda: _spec_is(kube, namespace, 9, 0), what="hand-written replicas")
         await wait_for(lambda: clamped() >= 2, what="scale-up capped and counted")
         await stays(kube, namespace, 4, 1.0)

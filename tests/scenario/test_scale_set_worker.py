@@ -118,9 +118,7 @@ async def patch_template_container(kube: Any, key: ObjectKey, **fields: Any) -> 
     assert ars is not None
     template = to_dict(ars)["spec"]["template"]
     template["spec"]["containers"][0].update(fields)
-    await kube.writer.patch_merge(
-        AUTOSCALING_RUNNER_SETS, key, {"spec": {"template": template}}, resource_version=ars.metadata.resource_version
-    )
+    await kube.edit(AUTOSCALING_RUNNER_SETS, key, {"spec": {"template": template}})
 
 
 # --- registration and children -------------------------------------------------------------------
@@ -177,7 +175,7 @@ async def test_arc_manifest_registers_scale_set_and_creates_ers_and_listener(
 
         # No-op stability: a webhook's label on the ERS and a metadata-only change of the ARS
         # reconcile again without touching the children (subset check, no patch loop).
-        ers = await kube.writer.patch_merge(
+        ers = await kube.edit(
             EPHEMERAL_RUNNER_SETS,
             key,
             {
@@ -186,12 +184,9 @@ async def test_arc_manifest_registers_scale_set_and_creates_ers_and_listener(
                     "annotations": {"example.com/foreign": "x"},
                 }
             },
-            resource_version=ers.metadata.resource_version,
         )
         ers_rv, al_rv = ers.metadata.resource_version, al.metadata.resource_version
-        await kube.writer.patch_merge(
-            AUTOSCALING_RUNNER_SETS, key, {"metadata": {"annotations": {"example.com/touch": "1"}}}
-        )
+        await kube.edit(AUTOSCALING_RUNNER_SETS, key, {"metadata": {"annotations": {"example.com/touch": "1"}}})
 
         async def unchanged() -> bool:
             e = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
@@ -293,12 +288,7 @@ async def test_min_max_change_patches_the_listener_in_place(
         al_key = ObjectKey(namespace, ars_listener_name(ars))
         al = await kube.reader.get(AUTOSCALING_LISTENERS, al_key)
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
-        await kube.writer.patch_merge(
-            AUTOSCALING_RUNNER_SETS,
-            key,
-            {"spec": {"maxRunners": 20, "minRunners": 2}},
-            resource_version=ars.metadata.resource_version,
-        )
+        await kube.edit(AUTOSCALING_RUNNER_SETS, key, {"spec": {"maxRunners": 20, "minRunners": 2}})
         await wait_for(
             lambda: _acted_on_new_generation(kube, key, ars.metadata.generation), what="min/max change acted upon"
         )
@@ -324,14 +314,8 @@ async def test_outdated_guard_waits_for_applied_revision_then_parks(
         await kube.writer.create(AUTOSCALING_RUNNER_SETS, manifest(namespace, actions_sim.config_url(), github_secret))
         ars = await settled(kube, key)
         al_key = ObjectKey(namespace, ars_listener_name(ars))
-        ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
         # The desired-state flow had scaled the set up.
-        ers = await kube.writer.patch_merge(
-            EPHEMERAL_RUNNER_SETS,
-            key,
-            {"spec": {"replicas": 3, "patchID": 7}},
-            resource_version=ers.metadata.resource_version,
-        )
+        await kube.edit(EPHEMERAL_RUNNER_SETS, key, {"spec": {"replicas": 3, "patchID": 7}})
 
         # Outdated, but the runner-set worker has not applied the current revision yet: hold.
         status = {
@@ -342,7 +326,7 @@ async def test_outdated_guard_waits_for_applied_revision_then_parks(
             "phase": "Outdated",
             "appliedActionableRevision": 0,
         }
-        await kube.writer.patch_status(EPHEMERAL_RUNNER_SETS, key, {"status": status})
+        await kube.edit(EPHEMERAL_RUNNER_SETS, key, {"status": status}, status=True)
 
         async def still_serving() -> bool:
             a = await kube.reader.get_or_none(AUTOSCALING_LISTENERS, al_key)
@@ -359,9 +343,7 @@ async def test_outdated_guard_waits_for_applied_revision_then_parks(
         await consistently(still_serving)
 
         # Applied caught up with the spec revision: the verdict is about the current spec → park.
-        await kube.writer.patch_status(
-            EPHEMERAL_RUNNER_SETS, key, {"status": {**status, "appliedActionableRevision": 1}}
-        )
+        await kube.edit(EPHEMERAL_RUNNER_SETS, key, {"status": {**status, "appliedActionableRevision": 1}}, status=True)
         await settled(kube, key, phase="Outdated")
         await wait_for(lambda: _gone(kube, AUTOSCALING_LISTENERS, al_key), what="listener deleted")
         ers = await kube.reader.get(EPHEMERAL_RUNNER_SETS, key)
@@ -408,12 +390,7 @@ async def test_runner_group_change_updates_the_service_and_moves_the_listener(
 
             fresh = await get_ars(kube, key)
             assert fresh is not None
-            await kube.writer.patch_merge(
-                AUTOSCALING_RUNNER_SETS,
-                key,
-                {"spec": {"runnerGroup": "team-b"}},
-                resource_version=fresh.metadata.resource_version,
-            )
+            await kube.edit(AUTOSCALING_RUNNER_SETS, key, {"spec": {"runnerGroup": "team-b"}})
             ars = await wait_for(
                 lambda: _acted_on_new_generation(kube, key, fresh.metadata.generation), what="group change acted upon"
             )
@@ -525,11 +502,8 @@ async def test_invalid_manifest_gets_an_event_and_no_service_call(
         assert await actions_sim.control.requests() == []
         assert metric(w, "runnerscale_scale_set_invalid_total") >= 1
         # Fixed: the condition goes, the set runs.
-        await kube.writer.patch_merge(
-            AUTOSCALING_RUNNER_SETS,
-            key,
-            {"spec": {"githubConfigUrl": actions_sim.config_url(), "minRunners": 1}},
-            resource_version=ars.metadata.resource_version,
+        await kube.edit(
+            AUTOSCALING_RUNNER_SETS, key, {"spec": {"githubConfigUrl": actions_sim.config_url(), "minRunners": 1}}
         )
         fixed = await settled(kube, key)
         assert fixed.status is not None
