@@ -159,10 +159,11 @@ class RunnerSettings(msgspec.Struct, frozen=True, kw_only=True):
             " its own; until then both wait for the first phase that is not Pending (0 = at once)",
         ),
     ] = 15.0
-    # A JobCompleted whose EphemeralRunner does not show the job yet, or whose runner has not
-    # finished, is redelivered after this (at most JOB_EVENT_DEFERRALS times), so its mark rides on
-    # the runner's own end-of-life metadata patch (README "runner worker", job events).
-    job_completed_defer: float = 3.0
+    # Job events whose write can ride on a write the runner makes anyway are redelivered after
+    # this (README "runner worker", job events): a JobStarted once (its fields go with the
+    # runner's next status write, typically Succeeded for a short job), a JobCompleted at most
+    # twice (its mark goes with the end-of-life metadata patch).
+    job_event_defer: float = 3.0
     already_exists_requeue: float = 5.0  # pod create answered AlreadyExists (a deleting namesake)
     # A finished (Succeeded) runner is the runner-set worker's to delete once the listener has
     # accounted for its job; if it is still there this long after it finished (runner-set worker
@@ -186,7 +187,7 @@ class RunnerSettings(msgspec.Struct, frozen=True, kw_only=True):
             "quota_retry",
             "quota_give_up_after",
             "pending_status_after",
-            "job_completed_defer",
+            "job_event_defer",
         ):
             if getattr(self, name) < 0:
                 raise InvalidSetting(name, f"must be >= 0, got {getattr(self, name)}")
@@ -579,14 +580,17 @@ def pod_created_patch(er: EphemeralRunner, runner_id: JsonTree | None) -> JsonTr
     return {"status": fields} if fields else None
 
 
-def release_patch(er: EphemeralRunner, event: JobCompleted | None = None) -> JsonTree | None:
+def release_patch(er: EphemeralRunner, event: JobCompleted | None = None, *, exited_0: bool = False) -> JsonTree | None:
     """The end-of-life metadata patch of a runner that exited 0 after its job: both finalizers
     removed (its registration is provably gone, :func:`registration_gone`; pod and Secret go by
     owner-reference garbage collection) and, when ``event`` is its job's JobCompleted and the ER
-    lacks the mark, the ``job-completed`` mark. None when it does not apply: another ending (the
-    deletion must unregister), container hooks configured (the deletion cleans what they left),
-    or the finalizers are gone already (a mark alone is the job handler's write)."""
-    if not registration_gone(er) or er.spec.has_container_hook_configured():
+    lacks the mark, the ``job-completed`` mark. ``exited_0``: the pod's runner just exited 0 and
+    the Succeeded status is not written yet (the patch goes first, so the runner-set, which deletes
+    only finished runners, never deletes it in between). None when it does not apply: another
+    ending (the deletion must unregister), container hooks configured (the deletion cleans what
+    they left), or the finalizers are gone already (a mark alone is the job handler's write)."""
+    gone = registration_gone(er) or (exited_0 and _status(er).has_job())
+    if not gone or er.spec.has_container_hook_configured():
         return None
     finalizers = er.metadata.finalizers
     if not any(f in finalizers for f in OWN_FINALIZERS):

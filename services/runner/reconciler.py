@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
+import msgspec
 
 from services.runner import build, decide, jobs
 from services.runner.decide import RunnerSettings
@@ -149,8 +150,10 @@ class RunnerReconciler:
         # Pending (--pending-status-after), by ER key, with the ER uid. Lost on a restart: the next
         # pass meets RunnerExists and takes the id from the JIT Secret (README "runner worker", step 6).
         self._unwritten_id: dict[ObjectKey, tuple[str, JsonTree]] = {}
-        # JobCompleted events this replica received and deferred (their mark is folded into the
-        # runner's end-of-life metadata patch), by ER key; bounded, oldest dropped first.
+        # Job events this replica received and deferred, by ER key (bounded, oldest dropped
+        # first): JobStarted whose fields ride on the runner's next status write, JobCompleted whose
+        # mark rides on its end-of-life metadata patch (README "runner worker", job events).
+        self._started: dict[ObjectKey, JobStarted] = {}
         self._heard: dict[ObjectKey, JobCompleted] = {}
 
     @classmethod
@@ -283,6 +286,11 @@ class RunnerReconciler:
                 await self.events.warning(er, "InvalidPod", message)
                 return DONE
         er = await self._ensure_finalizers(er)
+        # A JobStarted this replica deferred: decided on as if written, and written with this
+        # pass's status patch, if it makes one.
+        job_fields = self._started_job(key, er)
+        if job_fields is not None:
+            er = jobs.with_job(er, job_fields)
         registered_now: JsonTree | None = None
         new_registration = False
         held = self._unwritten_id.get(key)
@@ -300,6 +308,8 @@ class RunnerReconciler:
                 secret = await self._ensure_secret(er)
                 registered_now = await self._runner_id_fields(er, secret)
                 new_registration = True
+        if job_fields is not None:
+            registered_now = {**(registered_now or {}), **job_fields}
         if decide.too_many_failures(er, self.settings):
             return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings), registered_now)
         pod = self._cached_pod(key) if self._cached_pod is not None else None
@@ -467,9 +477,16 @@ class RunnerReconciler:
         name = raw_name.decode("utf-8", "replace") if raw_name else er.metadata.name
         return {"runnerId": runner_id, "runnerName": name}
 
+    def _hold_runner_id(self, er: EphemeralRunner, fields: JsonTree) -> None:
+        """Keep a registration's runner id for the pod's first phase that is not Pending (step 6)."""
+        held = {k: v for k, v in fields.items() if k in ("runnerId", "runnerName")}
+        if held:
+            self._unwritten_id[EPHEMERAL_RUNNERS.key_of(er)] = (er.metadata.uid, held)
+
     async def _write_runner_id(self, er: EphemeralRunner, fields: JsonTree | None) -> EphemeralRunner:
-        """Write the runner id on its own (a decision that writes no status of its own)."""
-        if fields is None:
+        """Write the runner id on its own (a decision that writes no status of its own), with the
+        fields of a deferred JobStarted if there are any; those alone wait for their redelivery."""
+        if fields is None or "runnerId" not in fields:
             return er
         return await self._patch_er_status(
             EPHEMERAL_RUNNERS.key_of(er),
@@ -539,7 +556,7 @@ class RunnerReconciler:
                 return await self._create_pod(er, runner_id)
             case decide.Wait(requeue_after=after, hold_status=hold):
                 if hold and runner_id is not None:
-                    self._unwritten_id[key] = (er.metadata.uid, runner_id)
+                    self._hold_runner_id(er, runner_id)
                 else:
                     await self._write_runner_id(er, runner_id)
                 return Result(requeue_after=after) if after is not None else DONE
@@ -578,7 +595,7 @@ class RunnerReconciler:
             # together with its first phase that is not Pending, or alone once it has been Pending
             # for --pending-status-after (README "runner worker", step 6).
             if runner_id is not None:
-                self._unwritten_id[key] = (er.metadata.uid, runner_id)
+                self._hold_runner_id(er, runner_id)
             return Result(requeue_after=self.settings.pending_status_after)
         patch = decide.pod_created_patch(er, runner_id)
         if patch is not None:
@@ -628,21 +645,29 @@ class RunnerReconciler:
         ER (owner-reference garbage collection); only a pod still running (a hung runner, a
         sidecar after the runner's exit) is deleted now, with the uid of the pod decided on."""
         key = EPHEMERAL_RUNNERS.key_of(er)
+        if reason == "RunnerSucceeded":
+            # Exit 0 after a job: the end-of-life metadata patch first, then Succeeded on its
+            # answer (the runner-set deletes only finished runners: never between the two).
+            released = await self._release_finalizers(er, exited_0=True)
+            if released is not er:
+                er = _with_status(released, er)
         er = await self._patch_er_status(
             key,
             _merged(decide.finished_patch(reason, message, self.clock.now()), runner_id),
             resource_version=er.metadata.resource_version,
         )
         self._unwritten_id.pop(key, None)
+        self._started.pop(key, None)
         self.metrics.runners_deleted.labels(reason).inc()
         if reason in decide.FAILURE_DELETE_REASONS:
             self._count_failure(er, reason)
         if pod is not None and not pod.metadata.is_deleting and not decide.pod_terminal(pod) and _owned_by(pod, er):
             await self.writer.delete(PODS, key, uid=pod.metadata.uid, missing_ok=True)
-        er = await self._release_finalizers(er)
         return await self._release_if_abandoned(er)
 
-    async def _release_finalizers(self, er: EphemeralRunner, event: JobCompleted | None = None) -> EphemeralRunner:
+    async def _release_finalizers(
+        self, er: EphemeralRunner, event: JobCompleted | None = None, *, exited_0: bool = False
+    ) -> EphemeralRunner:
         """The end-of-life metadata patch of a runner that exited 0 after its job (its registration
         is provably gone): the ``job-completed`` mark, when this replica has heard it and the ER
         lacks it, and the removal of both finalizers, in ONE locked patch; the runner-set's later
@@ -651,7 +676,7 @@ class RunnerReconciler:
         key = EPHEMERAL_RUNNERS.key_of(er)
         if event is None:
             event = self._heard.get(key)
-        patch = decide.release_patch(er, event)
+        patch = decide.release_patch(er, event, exited_0=exited_0)
         if patch is None:
             return er
         with contextlib.suppress(NotFound):
@@ -663,7 +688,21 @@ class RunnerReconciler:
         """Drop what is kept in memory for an ER that is gone or being deleted."""
         self._unwritten_jit.pop(key, None)
         self._unwritten_id.pop(key, None)
+        self._started.pop(key, None)
         self._heard.pop(key, None)
+
+    def _started_job(self, key: ObjectKey, er: EphemeralRunner) -> JsonTree | None:
+        """The status fields of a JobStarted this replica deferred for ``er``, None when there is
+        none or ``er`` shows them already (then it is forgotten)."""
+        event = self._started.get(key)
+        if event is None:
+            return None
+        patch = None if jobs.mismatch(er, event) is not None else jobs.job_status_patch(er, event)
+        if patch is None:
+            self._started.pop(key, None)
+            return None
+        fields: JsonTree = patch["status"]
+        return fields
 
     async def _release_if_abandoned(self, er: EphemeralRunner) -> Result:
         """A finished runner is the runner-set worker's to delete; one still here
@@ -915,22 +954,35 @@ class RunnerReconciler:
                 **fields,
             )
             return "other_job"
-        defer = self._may_defer(delivery) and isinstance(event, JobCompleted)
-        if defer and not (er.status is not None and er.status.has_job()):
-            # The ER does not show the job yet: its JobStarted is on the way. Writing the job
-            # fields from here would cost a write that JobStarted makes anyway.
-            raise Redeliver(self.settings.job_completed_defer, "the EphemeralRunner does not show the job yet")
+        if (
+            isinstance(event, JobStarted)
+            and delivery == 1
+            and jobs.job_status_patch(er, event) is not None
+            and _active(er)
+        ):
+            # Its fields ride on the runner's next status write (for a short job: Succeeded); the
+            # redelivery writes them if none came (README "runner worker", job events).
+            _remember(self._started, key, event)
+            raise Redeliver(self.settings.job_event_defer, "the job fields ride on the runner's next status write")
+        if isinstance(event, JobCompleted) and self._may_defer(delivery):
+            started = self._started_job(key, er)
+            view = jobs.with_job(er, started) if started is not None else er
+            if not (view.status is not None and view.status.has_job()):
+                # The ER does not show the job yet: its JobStarted is on the way. Writing the job
+                # fields from here would cost a write that JobStarted makes anyway.
+                raise Redeliver(self.settings.job_event_defer, "the EphemeralRunner does not show the job yet")
+            if jobs.completion_patch(view, event) is not None:
+                # Remembered: the pass that sees the runner exit 0 folds the mark into its
+                # end-of-life metadata patch; the redelivery writes it if that did not happen.
+                _remember(self._heard, key, event)
+                raise Redeliver(self.settings.job_event_defer, "the mark rides on the runner's end-of-life patch")
         written = False
         patch = jobs.job_status_patch(er, event)
         if patch is not None:
             er = await self._patch_er_status(key, patch, resource_version=er.metadata.resource_version)
+            self._started.pop(key, None)
             written = True
         if isinstance(event, JobCompleted) and jobs.completion_patch(er, event) is not None:
-            if defer:
-                # Remembered: the pass that sees the runner exit 0 folds the mark into its
-                # end-of-life metadata patch; the redelivery writes it if that did not happen.
-                self._remember_completion(key, event)
-                raise Redeliver(self.settings.job_completed_defer, "the mark rides on the runner's end-of-life patch")
             # The mark, with the finalizers when the runner already exited 0 (one patch).
             mark = decide.release_patch(er, event) or jobs.completion_patch(er, event)
             assert mark is not None
@@ -939,18 +991,27 @@ class RunnerReconciler:
             written = True
         return "recorded" if written else "unchanged"
 
-    def _remember_completion(self, key: ObjectKey, event: JobCompleted) -> None:
-        self._heard.pop(key, None)  # re-inserted last: eviction goes oldest first
-        self._heard[key] = event
-        while len(self._heard) > HEARD_COMPLETIONS:
-            del self._heard[next(iter(self._heard))]
-
 
 # A JobCompleted is deferred on at most this many deliveries (the consumer's max_deliver is 5: the
 # rest stay for handler failures).
 JOB_EVENT_DEFERRALS = 2
-# JobCompleted events remembered for end-of-life patches (a few seconds' worth at any job rate).
-HEARD_COMPLETIONS = 10_000
+# Deferred job events remembered per kind (a few seconds' worth at any job rate).
+HEARD_EVENTS = 10_000
+
+E = TypeVar("E", JobStarted, JobCompleted)
+
+
+def _remember(memory: dict[ObjectKey, E], key: ObjectKey, event: E) -> None:
+    memory.pop(key, None)  # re-inserted last: eviction goes oldest first
+    memory[key] = event
+    while len(memory) > HEARD_EVENTS:
+        del memory[next(iter(memory))]
+
+
+def _active(er: EphemeralRunner) -> bool:
+    """Not being deleted and not done: the runner worker will still write its status."""
+    status = er.status or EphemeralRunnerStatus()
+    return not er.metadata.is_deleting and not status.is_done()
 
 
 def _rv_int(rv: Any) -> int | None:
@@ -958,6 +1019,12 @@ def _rv_int(rv: Any) -> int | None:
         return int(rv)
     except (TypeError, ValueError):
         return None
+
+
+def _with_status(er: EphemeralRunner, decided: EphemeralRunner) -> EphemeralRunner:
+    """``er`` (a write's answer) with the status the pass decided on (it may hold the fields of a
+    deferred JobStarted that the coming status patch writes)."""
+    return msgspec.structs.replace(er, status=decided.status)
 
 
 def _merged(patch: JsonTree, runner_id: JsonTree | None) -> JsonTree:

@@ -113,3 +113,10 @@ def test_no_release_with_container_hooks_their_leftovers_are_cleaned_on_deletion
 def test_no_patch_once_the_finalizers_are_gone_a_mark_alone_is_the_job_handlers() -> None:
     assert decide.release_patch(er(finalizers=[]), completed()) is None
     assert decide.release_patch(er(finalizers=["example.com/keep"]), completed()) is None
+
+
+def test_exit_0_seen_before_succeeded_is_written_releases_first() -> None:
+    running = {**FINISHED, "phase": "Running", "reason": ""}
+    assert decide.release_patch(er(running), exited_0=True) == {"metadata": {"finalizers": []}}
+    # ... but never for a runner without a job: its registration may still be there
+    assert decide.release_patch(er({**running, "jobId": ""}), exited_0=True) is None
