@@ -124,13 +124,18 @@ async def test_a_failing_handler_is_retried_then_acked_and_later_messages_still_
     assert sorted(handled) == sorted([first.patch_id, second.patch_id])
 
 
-async def test_a_handler_that_always_fails_is_terminated_after_max_deliver(bus_settings: BusSettings) -> None:
+@pytest.mark.parametrize(
+    "outcome", [ValueError("bug"), Redeliver(0.0, "never ready")], ids=["failure", "deferred at the last delivery"]
+)
+async def test_a_handler_that_always_fails_is_terminated_after_max_deliver(
+    bus_settings: BusSettings, outcome: Exception
+) -> None:
     before = metric("runnerscale_bus_terminated_messages_total", subject_kind="desired")
     attempts: list[int] = []
 
     async def broken(delivery: Delivery) -> None:
         attempts.append(delivery.num_delivered)
-        raise ValueError("bug")
+        raise outcome
 
     async with Bus.connect(bus_settings) as bus:
         await bus.publish(samples()[0])
@@ -270,26 +275,6 @@ async def test_a_deferred_message_comes_back_after_its_delay_and_is_no_failure(b
     assert seen[1][1] - seen[0][1] >= 0.25  # the handler's delay, not the failure backoff's 0.5 s
     assert metric("runnerscale_bus_deferred_messages_total", subject_kind="desired") == deferred_before + 1
     assert metric("runnerscale_bus_handler_failures_total", subject_kind="desired") == failures_before
-
-
-async def test_a_message_deferred_at_its_last_delivery_is_terminated(bus_settings: BusSettings) -> None:
-    before = metric("runnerscale_bus_terminated_messages_total", subject_kind="desired")
-    attempts: list[int] = []
-
-    async def forever(delivery: Delivery) -> None:
-        attempts.append(delivery.num_delivered)
-        raise Redeliver(0.0)
-
-    async with Bus.connect(bus_settings) as bus:
-        await bus.publish(samples()[0])
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(bus.consume, ALL_DESIRED, forever)
-            await wait_for(
-                lambda: metric("runnerscale_bus_terminated_messages_total", subject_kind="desired") == before + 1,
-                timeout=10,
-            )
-            tg.cancel_scope.cancel()
-    assert attempts == [1, 2, 3]
 
 
 def test_a_negative_redelivery_delay_is_refused() -> None:

@@ -13,7 +13,7 @@ control plane) and NATS.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -72,19 +72,25 @@ class Writes:
         return [body for k, body in self.items if k == kind]
 
 
-@asynccontextmanager
-async def _env(
+EnvOf = Callable[..., Any]
+
+
+@pytest.fixture
+def env_with(
     kube: Kube,
     namespace: str,
-    sim: ActionsSim,
-    secret: str,
+    actions_sim: ActionsSim,
+    github_secret: str,
     worker_settings: Callable[..., WorkerSettings],
-    **settings: Any,
-) -> Any:
-    async with start_runner_env(
-        kube, namespace, sim, secret, worker_settings, settings=replace(FAST, **settings)
-    ) as env:
-        yield env
+) -> EnvOf:
+    """``async with env_with(**settings) as env``: the runner worker with FAST and these settings."""
+
+    def make(**settings: Any) -> Any:
+        return start_runner_env(
+            kube, namespace, actions_sim, github_secret, worker_settings, settings=replace(FAST, **settings)
+        )
+
+    return make
 
 
 PENDING = {
@@ -96,20 +102,11 @@ PENDING = {
 
 
 async def test_a_runner_that_starts_normally_writes_its_id_with_running_in_one_status_patch(
-    kube: Kube,
-    namespace: str,
-    actions_sim: ActionsSim,
-    github_secret: str,
-    worker_settings: Callable[..., WorkerSettings],
+    env_with: EnvOf,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with _env(kube, namespace, actions_sim, github_secret, worker_settings, pending_status_after=60.0) as env:
-        name = "er-normal"
-        writes = Writes(env, name, monkeypatch)
-        await env.create_er(name)
-        await env.wait_pod(name)
-        after = anyio.current_time()  # before the write: the watch event may start the pass first
-        await env.set_pod_status(name, PENDING)
+    name = "er-normal"
+    async with _pending_pod(env_with(pending_status_after=60.0), name, monkeypatch) as (env, writes, after):
         await wait_for(lambda: any(t >= after for t in writes.passes), what="a pass that saw the Pending pod")
         assert writes.of("status") == [], writes.items  # no Pending, no runner id alone
         er = await env.er(name)
@@ -141,19 +138,11 @@ async def test_a_runner_that_starts_normally_writes_its_id_with_running_in_one_s
 
 
 async def test_a_pod_that_stays_pending_has_pending_written_with_the_runner_id_after_the_setting(
-    kube: Kube,
-    namespace: str,
-    actions_sim: ActionsSim,
-    github_secret: str,
-    worker_settings: Callable[..., WorkerSettings],
+    env_with: EnvOf,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with _env(kube, namespace, actions_sim, github_secret, worker_settings, pending_status_after=1.0) as env:
-        name = "er-stuck"
-        writes = Writes(env, name, monkeypatch)
-        await env.create_er(name)
-        await env.wait_pod(name)
-        await env.set_pod_status(name, PENDING)
+    name = "er-stuck"
+    async with _pending_pod(env_with(pending_status_after=1.0), name, monkeypatch) as (env, writes, _):
 
         async def pending() -> EphemeralRunner | None:
             cur = await env.er(name)
@@ -169,24 +158,15 @@ async def test_a_pod_that_stays_pending_has_pending_written_with_the_runner_id_a
 
 
 async def test_a_short_job_costs_one_status_and_one_metadata_patch_from_start_to_exit_0(
-    kube: Kube,
-    namespace: str,
-    actions_sim: ActionsSim,
-    github_secret: str,
-    worker_settings: Callable[..., WorkerSettings],
+    env_with: EnvOf,
     bus: Bus,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """JobStarted and JobCompleted are deferred; the runner's exit 0 writes the end-of-life
     metadata patch (mark + finalizers) and then ONE status patch (job fields + Succeeded); the
     delete needs no teardown patch. The deferral is long here: the exit, not a redelivery, writes."""
-    async with _env(kube, namespace, actions_sim, github_secret, worker_settings, job_event_defer=30.0) as env:
-        name = "er-exit0"
-        await env.create_er(name)
-        er = await wait_for(lambda: _with_runner_id(env, name), what=f"{name} registered")
-        await env.run(name)
-        await wait_for(lambda: _running(env, name), what=f"{name} Running")
-        writes = Writes(env, name, monkeypatch)
+    name = "er-exit0"
+    async with _running_runner(env_with(job_event_defer=30.0), name, monkeypatch) as (env, er, writes):
         events = env.reconciler.metrics.job_events
         started_before = events.labels("started", "deferred")._value.get()
         completed_before = events.labels("completed", "deferred")._value.get()
@@ -214,21 +194,12 @@ async def test_a_short_job_costs_one_status_and_one_metadata_patch_from_start_to
 
 
 async def test_job_completed_before_the_runner_shows_the_job_is_redelivered_not_written_twice(
-    kube: Kube,
-    namespace: str,
-    actions_sim: ActionsSim,
-    github_secret: str,
-    worker_settings: Callable[..., WorkerSettings],
+    env_with: EnvOf,
     bus: Bus,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with _env(kube, namespace, actions_sim, github_secret, worker_settings, job_event_defer=0.3) as env:
-        name = "er-early"
-        await env.create_er(name)
-        er = await wait_for(lambda: _with_runner_id(env, name), what=f"{name} registered")
-        await env.run(name)
-        await wait_for(lambda: _running(env, name), what=f"{name} Running")
-        writes = Writes(env, name, monkeypatch)
+    name = "er-early"
+    async with _running_runner(env_with(job_event_defer=0.3), name, monkeypatch) as (env, er, writes):
         bus_deferred = metric("runnerscale_bus_deferred_messages_total", subject_kind="job_completed")
         completed = _event(JobCompleted, env, er, result="failed")
         await bus.publish(completed)
@@ -247,6 +218,36 @@ async def test_job_completed_before_the_runner_shows_the_job_is_redelivered_not_
         assert cur.status is not None and cur.status.job_id == completed.job_id
         assert [k for k, _ in writes.items] == ["status", "merge"], writes.items  # the job's fields, the mark
         assert set(writes.of("merge")[0]["metadata"]) == {"annotations"}  # the runner is still up
+
+
+@asynccontextmanager
+async def _pending_pod(
+    started: Any, name: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[RunnerEnv, Writes, float]]:
+    """In the runner env ``started``: a new runner whose pod the kubelet reports Pending; the env,
+    its writes, and a time taken before the Pending write (the watch event may start the pass
+    before the write's answer is back)."""
+    async with started as env:
+        writes = Writes(env, name, monkeypatch)
+        await env.create_er(name)
+        await env.wait_pod(name)
+        after = anyio.current_time()
+        await env.set_pod_status(name, PENDING)
+        yield env, writes, after
+
+
+@asynccontextmanager
+async def _running_runner(
+    started: Any, name: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[RunnerEnv, EphemeralRunner, Writes]]:
+    """In the runner env ``started``: a runner registered and Running; the env, the ER, and its
+    writes from then on."""
+    async with started as env:
+        await env.create_er(name)
+        er = await wait_for(lambda: _with_runner_id(env, name), what=f"{name} registered")
+        await env.run(name)
+        await wait_for(lambda: _running(env, name), what=f"{name} Running")
+        yield env, er, Writes(env, name, monkeypatch)
 
 
 async def _with_runner_id(env: RunnerEnv, name: str) -> EphemeralRunner | None:

@@ -18,6 +18,7 @@ from shared.api.constants import (
     FINALIZER_RUNNER_REGISTRATION,
 )
 from shared.bus.messages import JobCompleted
+from tests.unit.services.runner.test_jobs import er as job_er
 from tests.unit.services.runner.test_jobs import ev
 
 OWN = [FINALIZER_EPHEMERAL_RUNNER, FINALIZER_RUNNER_REGISTRATION]
@@ -30,30 +31,16 @@ def er(
     annotations: dict[str, str] | None = None,
     hooks: bool = False,
 ) -> EphemeralRunner:
+    """test_jobs' runner, finished by default, with finalizers and a runner container."""
+    data = msgspec.json.decode(
+        msgspec.json.encode(job_er(FINISHED if status is None else status, annotations=annotations))
+    )
+    data["metadata"]["finalizers"] = OWN if finalizers is None else finalizers
     runner: dict[str, Any] = {"name": "runner", "image": "i"}
     if hooks:
         runner["env"] = [{"name": ENV_RUNNER_CONTAINER_HOOKS, "value": "/hooks/index.js"}]
-    return decode(
-        EphemeralRunner,
-        {
-            "apiVersion": "actions.github.com/v1alpha1",
-            "kind": "EphemeralRunner",
-            "metadata": {
-                "name": "r1",
-                "namespace": "ns",
-                "labels": {"actions.github.com/scale-set-name": "set"},
-                "annotations": annotations or {},
-                "finalizers": OWN if finalizers is None else finalizers,
-            },
-            "spec": {
-                "githubConfigUrl": "https://github.com/o",
-                "githubConfigSecret": "s",
-                "runnerScaleSetId": 3,
-                "spec": {"containers": [runner]},
-            },
-            "status": FINISHED if status is None else status,
-        },
-    )
+    data["spec"]["spec"] = {"containers": [runner]}
+    return decode(EphemeralRunner, data)
 
 
 def completed(**over: Any) -> JobCompleted:
