@@ -918,11 +918,12 @@ class RunnerReconciler:
         """Record a job event on the matching ER's status; returns what happened (for metrics/tests).
 
         Idempotent: duplicates and out-of-order pairs converge to the same status. ``delivery``:
-        the bus delivery count; while it is at most ``JOB_EVENT_DEFERRALS``, a JobCompleted that
-        needs a write of its own is deferred instead (``shared.bus.Redeliver``, metric result
-        ``deferred``): one whose ER does not show the job yet (its JobStarted is on the way), and
-        one whose mark can ride on the runner's end-of-life metadata patch. None (a direct call):
-        never deferred.
+        the bus delivery count. An event whose write can ride on one the runner makes anyway is
+        deferred (``shared.bus.Redeliver``, metric result ``deferred``; README "runner worker",
+        job events): a JobStarted on its first delivery while the runner is active (its fields go
+        with the pass's next status write), a JobCompleted while ``delivery`` is at most
+        ``JOB_EVENT_DEFERRALS`` when its ER does not show the job yet or its mark can ride on the
+        runner's end-of-life metadata patch. None (a direct call): never deferred.
         """
         kind = "started" if isinstance(event, JobStarted) else "completed"
         try:
