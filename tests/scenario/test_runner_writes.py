@@ -141,6 +141,7 @@ async def test_a_pod_that_stays_pending_has_pending_written_with_the_runner_id_a
     env_with: EnvOf,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """No pod event comes after the Pending one: the worker looks again when the setting has passed."""
     name = "er-stuck"
     async with _pending_pod(env_with(pending_status_after=1.0), name, monkeypatch) as (env, writes, _):
 
@@ -149,7 +150,6 @@ async def test_a_pod_that_stays_pending_has_pending_written_with_the_runner_id_a
             ok = cur is not None and cur.status is not None and cur.status.phase == "Pending"
             return cur if ok else None
 
-        # no pod event after the Pending one: the worker looks again when the setting has passed
         er = await wait_for(pending, timeout=20, what=f"{name} Pending written")
         assert er.status is not None and er.status.runner_id
         assert [set(body["status"]) for body in writes.of("status")] == [
