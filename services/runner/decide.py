@@ -17,7 +17,14 @@ import msgspec
 
 from services.runner import jobs
 from shared.api import EphemeralRunner, EphemeralRunnerStatus
-from shared.api.constants import ANNOTATION_FAILED_AT, RUNNER_CONTAINER_NAME, RUNNER_EXIT_CODE_VERSION_DEPRECATED
+from shared.api.constants import (
+    ANNOTATION_FAILED_AT,
+    FINALIZER_EPHEMERAL_RUNNER,
+    FINALIZER_RUNNER_REGISTRATION,
+    RUNNER_CONTAINER_NAME,
+    RUNNER_EXIT_CODE_VERSION_DEPRECATED,
+)
+from shared.bus.messages import JobCompleted
 from shared.kube.objects import Pod, kube_time
 from shared.settings import InvalidSetting, option
 
@@ -140,6 +147,22 @@ class RunnerSettings(msgspec.Struct, frozen=True, kw_only=True):
             " (needs list on Secrets: deploy/manifests/optional/rbac-runner-hook-secrets.yaml)",
         ),
     ] = False
+    # A new runner pod's Pending phase is not written while it lasts less than this: the runner id
+    # waits for the first phase that is not Pending (Running), so a runner that starts normally costs
+    # one status write for both (README "runner worker", step 6; 0: Pending with the id at once).
+    pending_status_after: Annotated[
+        float,
+        option(
+            "--pending-status-after",
+            "RUNNERSCALE_RUNNER_PENDING_STATUS_AFTER",
+            "seconds a new runner pod may stay Pending before that phase (with the runner id) is written on"
+            " its own; until then both wait for the first phase that is not Pending (0 = at once)",
+        ),
+    ] = 15.0
+    # A JobCompleted whose EphemeralRunner does not show the job yet, or whose mark can ride on the
+    # runner's end-of-life metadata patch, is redelivered after this (at most twice; README
+    # "runner worker", job events).
+    job_event_defer: float = 3.0
     already_exists_requeue: float = 5.0  # pod create answered AlreadyExists (a deleting namesake)
     # A finished (Succeeded) runner is the runner-set worker's to delete once the listener has
     # accounted for its job; if it is still there this long after it finished (runner-set worker
@@ -162,6 +185,8 @@ class RunnerSettings(msgspec.Struct, frozen=True, kw_only=True):
             "hung_after_job_grace",
             "quota_retry",
             "quota_give_up_after",
+            "pending_status_after",
+            "job_event_defer",
         ):
             if getattr(self, name) < 0:
                 raise InvalidSetting(name, f"must be >= 0, got {getattr(self, name)}")
@@ -169,6 +194,10 @@ class RunnerSettings(msgspec.Struct, frozen=True, kw_only=True):
     def backoff_for(self, failures: int) -> float:
         """The wait before recreating a pod after ``failures`` failures (last entry repeats)."""
         return self.failure_backoff[min(max(failures, 0), len(self.failure_backoff) - 1)]
+
+
+# The runner worker's own finalizers (the runner-set creates the ER with both).
+OWN_FINALIZERS = (FINALIZER_EPHEMERAL_RUNNER, FINALIZER_RUNNER_REGISTRATION)
 
 
 # --- pod outcome (ARC's outcome table) -------------------------------------------------------------------
@@ -276,10 +305,13 @@ class CreatePod:
 
 @dataclass(frozen=True)
 class Wait:
-    """Nothing to write now; look again after ``requeue_after`` (None: on the next event)."""
+    """Nothing to write now; look again after ``requeue_after`` (None: on the next event).
+    ``hold_status``: not even a runner id registered in this pass (a young Pending pod: the id
+    waits for the first phase that is not Pending, :func:`pending_status_wait`)."""
 
     requeue_after: float | None = None
     why: str = ""
+    hold_status: bool = False
 
 
 Decision = DeleteRunner | RecordFailure | MarkFailed | MarkOutdated | PatchStatus | CreatePod | Wait
@@ -406,12 +438,31 @@ def decide_pod(er: EphemeralRunner, pod: Pod, now: datetime, settings: RunnerSet
         return hung
     if hung is not None:
         deadline = hung if deadline is None else min(deadline, hung)
+    hold = pending_status_wait(pod, now, settings)
+    if hold is not None:
+        return Wait(hold if deadline is None else min(deadline, hold), "young Pending pod", hold_status=True)
     if outcome is PodOutcome.NO_RUNNER_STATUS:
         return Wait(deadline, "no runner container status yet")
     patch = run_status_patch(er, pod)
     if patch is None:
         return Wait(deadline, "status up to date")
     return PatchStatus(patch, deadline)
+
+
+def pending_status_wait(pod: Pod, now: datetime, settings: RunnerSettings) -> float | None:
+    """Seconds until a Pending runner pod's phase is written on its own; None: write it now (the
+    pod has been Pending for ``pending_status_after``, the setting is 0) or the pod is not Pending.
+
+    A runner pod normally leaves Pending within seconds, and its first phase that is not Pending
+    is written with the runner id in one status patch; only a pod that stays Pending (no node, an
+    image pull) has that phase shown on its own, so a user sees why it is not running."""
+    if settings.pending_status_after <= 0 or pod.status.phase not in ("", "Pending"):
+        return None
+    age = _seconds_since(pod.metadata.creation_timestamp, now)
+    if age is None:
+        return None
+    left = settings.pending_status_after - age
+    return left if left > 0 else None
 
 
 def decide_missing_pod(er: EphemeralRunner, now: datetime, settings: RunnerSettings) -> Decision:
@@ -526,6 +577,29 @@ def pod_created_patch(er: EphemeralRunner, runner_id: JsonTree | None) -> JsonTr
     if status.phase != "Pending" or status.ready:
         fields.update({"phase": "Pending", "ready": False})
     return {"status": fields} if fields else None
+
+
+def release_patch(er: EphemeralRunner, event: JobCompleted | None = None, *, exited_0: bool = False) -> JsonTree | None:
+    """The end-of-life metadata patch of a runner that exited 0 after its job: both finalizers
+    removed (its registration is provably gone, :func:`registration_gone`; pod and Secret go by
+    owner-reference garbage collection) and, when ``event`` is its job's JobCompleted and the ER
+    lacks the mark, the ``job-completed`` mark. ``exited_0``: the pod's runner just exited 0 and
+    the Succeeded status is not written yet (the patch goes first, so the runner-set, which deletes
+    only finished runners, never deletes it in between). None when it does not apply: another
+    ending (the deletion must unregister), container hooks configured (the deletion cleans what
+    they left), or the finalizers are gone already (a mark alone is the job handler's write)."""
+    gone = registration_gone(er) or (exited_0 and _status(er).has_job())
+    if not gone or er.spec.has_container_hook_configured():
+        return None
+    finalizers = er.metadata.finalizers
+    if not any(f in finalizers for f in OWN_FINALIZERS):
+        return None
+    meta: JsonTree = {"finalizers": [f for f in finalizers if f not in OWN_FINALIZERS]}
+    if event is not None and jobs.mismatch(er, event) is None:
+        mark = jobs.completion_patch(er, event)
+        if mark is not None:
+            meta["annotations"] = mark["metadata"]["annotations"]
+    return {"metadata": meta}
 
 
 def runner_id_patch(er: EphemeralRunner, runner_id: int, runner_name: str) -> JsonTree | None:

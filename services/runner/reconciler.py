@@ -51,7 +51,7 @@ from shared.api.constants import (
     LABEL_RUNNER_POD,
     LABEL_SCALE_SET_NAME,
 )
-from shared.bus import Delivery
+from shared.bus import Delivery, Redeliver
 from shared.bus.messages import JobCompleted, JobStarted
 from shared.clock import SYSTEM_CLOCK, Clock
 from shared.kube import (
@@ -84,7 +84,7 @@ log = get_logger(__name__)
 
 JsonTree = dict[str, Any]
 # The runner worker's own finalizers; teardown removes both in one patch (README "runner worker").
-OWN_FINALIZERS = (FINALIZER_EPHEMERAL_RUNNER, FINALIZER_RUNNER_REGISTRATION)
+OWN_FINALIZERS = decide.OWN_FINALIZERS
 
 
 class ClientSource(Protocol):
@@ -145,6 +145,13 @@ class RunnerReconciler:
         self._cached_er = cached_er
         self._seen_rv: dict[ObjectKey, int] = {}
         self._read_server: set[ObjectKey] = set()
+        # Runner ids registered whose status write waits for the pod's first phase that is not
+        # Pending (--pending-status-after), by ER key, with the ER uid. Lost on a restart: the next
+        # pass meets RunnerExists and takes the id from the JIT Secret (README "runner worker", step 6).
+        self._unwritten_id: dict[ObjectKey, tuple[str, JsonTree]] = {}
+        # JobCompleted events this replica received and deferred (their mark rides on the runner's
+        # end-of-life metadata patch), by ER key; bounded, oldest dropped first.
+        self._heard: dict[ObjectKey, JobCompleted] = {}
 
     @classmethod
     def from_context(cls, ctx: WorkerContext, settings: RunnerSettings) -> RunnerReconciler:
@@ -170,14 +177,15 @@ class RunnerReconciler:
             return stop.result
 
     async def on_job(self, delivery: Delivery) -> None:
-        """A job event from the bus (any replica may record it; raising naks: redelivered)."""
+        """A job event from the bus (any replica may record it; raising naks: redelivered;
+        ``shared.bus.Redeliver``: deferred, see :meth:`handle_job_event`)."""
         message = delivery.message
         if not isinstance(message, (JobStarted, JobCompleted)):
             log.warning("unexpected message on the jobs consumer; ignored", subject=delivery.subject)
             return
         if self.namespaces and message.scale_set.namespace not in self.namespaces:
             return
-        await self.handle_job_event(message)
+        await self.handle_job_event(message, delivery=delivery.num_delivered)
 
     # --- the reconcile ---------------------------------------------------------------------------
 
@@ -243,16 +251,18 @@ class RunnerReconciler:
             )
             return DONE
         if er is None:
-            self._unwritten_jit.pop(key, None)
+            self._forget(key)
             self._read_server.discard(key)
             return DONE
         if er.metadata.is_deleting:
-            self._unwritten_jit.pop(key, None)
+            self._forget(key)
             return await self._finalize(er)
         status = er.status or EphemeralRunnerStatus()
         if status.is_done():
             if status.phase == EphemeralRunnerPhase.SUCCEEDED:
-                # Finished: pod and Secret go with the ER (owner-reference garbage collection).
+                # Finished: pod and Secret go with the ER (owner-reference garbage collection). A
+                # pass that wrote Succeeded but not the end-of-life metadata patch writes it now.
+                er = await self._release_finalizers(er)
                 return await self._release_if_abandoned(er)
             await self._cleanup_resources(er)
             return DONE
@@ -274,15 +284,26 @@ class RunnerReconciler:
                 return DONE
         er = await self._ensure_finalizers(er)
         registered_now: JsonTree | None = None
+        new_registration = False
+        held = self._unwritten_id.get(key)
+        if status.runner_id or (held is not None and held[0] != er.metadata.uid):
+            self._unwritten_id.pop(key, None)
+            held = None
         if not status.runner_id:
-            # Registration: JIT call, then create the Secret (no read first). Its runner id goes
-            # into this pass's one status patch (README "runner worker", steps 5-6).
-            secret = await self._ensure_secret(er)
-            registered_now = await self._runner_id_fields(er, secret)
+            if held is not None:
+                # Registered by an earlier pass whose pod was still young and Pending: the id
+                # waits for the pod's first phase that is not Pending (step 6).
+                registered_now = held[1]
+            else:
+                # Registration: JIT call, then create the Secret (no read first). Its runner id
+                # goes into this pass's one status patch (README "runner worker", steps 5-6).
+                secret = await self._ensure_secret(er)
+                registered_now = await self._runner_id_fields(er, secret)
+                new_registration = True
         if decide.too_many_failures(er, self.settings):
             return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings), registered_now)
         pod = self._cached_pod(key) if self._cached_pod is not None else None
-        if pod is None and registered_now is None:
+        if pod is None and not new_registration:
             # Not in the cache (or no cache): read the server; and the ER was read before the pod,
             # so a job recorded just before the pod vanished is not in that read. Re-read it, so a
             # lost pod with a job deletes the runner instead of getting a new pod for a spent JIT
@@ -446,6 +467,12 @@ class RunnerReconciler:
         name = raw_name.decode("utf-8", "replace") if raw_name else er.metadata.name
         return {"runnerId": runner_id, "runnerName": name}
 
+    def _hold_runner_id(self, er: EphemeralRunner, fields: JsonTree) -> None:
+        """Keep a registration's runner id for the pod's first phase that is not Pending (step 6)."""
+        held = {k: v for k, v in fields.items() if k in ("runnerId", "runnerName")}
+        if held:
+            self._unwritten_id[EPHEMERAL_RUNNERS.key_of(er)] = (er.metadata.uid, held)
+
     async def _write_runner_id(self, er: EphemeralRunner, fields: JsonTree | None) -> EphemeralRunner:
         """Write the runner id on its own (a decision that writes no status of its own)."""
         if fields is None:
@@ -516,8 +543,11 @@ class RunnerReconciler:
                 return Result(requeue_after=after) if after is not None else DONE
             case decide.CreatePod():
                 return await self._create_pod(er, runner_id)
-            case decide.Wait(requeue_after=after):
-                await self._write_runner_id(er, runner_id)
+            case decide.Wait(requeue_after=after, hold_status=hold):
+                if hold and runner_id is not None:
+                    self._hold_runner_id(er, runner_id)
+                else:
+                    await self._write_runner_id(er, runner_id)
                 return Result(requeue_after=after) if after is not None else DONE
         raise AssertionError(f"unknown decision {decision!r}")
 
@@ -549,6 +579,13 @@ class RunnerReconciler:
                 return await self._apply(er, None, decision, runner_id)
             return await self._mark_failed(er, f"Failed to create the pod: {exc.message}", runner_id=runner_id)
         self.metrics.pods_created.inc()
+        if self.settings.pending_status_after > 0:
+            # The new pod is Pending: its phase and this registration's runner id are written
+            # together with its first phase that is not Pending, or alone once it has been Pending
+            # for --pending-status-after (README "runner worker", step 6).
+            if runner_id is not None:
+                self._hold_runner_id(er, runner_id)
+            return Result(requeue_after=self.settings.pending_status_after)
         patch = decide.pod_created_patch(er, runner_id)
         if patch is not None:
             await self._patch_er_status(key, patch, resource_version=er.metadata.resource_version)
@@ -597,17 +634,47 @@ class RunnerReconciler:
         ER (owner-reference garbage collection); only a pod still running (a hung runner, a
         sidecar after the runner's exit) is deleted now, with the uid of the pod decided on."""
         key = EPHEMERAL_RUNNERS.key_of(er)
+        if reason == "RunnerSucceeded":
+            # Exit 0 after a job: the end-of-life metadata patch first, then Succeeded on its
+            # answer (the runner-set deletes only finished runners: never between the two).
+            er = await self._release_finalizers(er, exited_0=True)
         er = await self._patch_er_status(
             key,
             _merged(decide.finished_patch(reason, message, self.clock.now()), runner_id),
             resource_version=er.metadata.resource_version,
         )
+        self._unwritten_id.pop(key, None)
         self.metrics.runners_deleted.labels(reason).inc()
         if reason in decide.FAILURE_DELETE_REASONS:
             self._count_failure(er, reason)
         if pod is not None and not pod.metadata.is_deleting and not decide.pod_terminal(pod) and _owned_by(pod, er):
             await self.writer.delete(PODS, key, uid=pod.metadata.uid, missing_ok=True)
         return await self._release_if_abandoned(er)
+
+    async def _release_finalizers(
+        self, er: EphemeralRunner, event: JobCompleted | None = None, *, exited_0: bool = False
+    ) -> EphemeralRunner:
+        """The end-of-life metadata patch of a runner that exited 0 after its job (its registration
+        is provably gone): the ``job-completed`` mark, when this replica has heard it and the ER
+        lacks it, and the removal of both finalizers, in ONE locked patch; the runner-set's later
+        delete then needs no teardown pass (README "runner worker", finished runners). The ER
+        unchanged when it does not apply (a mark alone is the job handler's)."""
+        key = EPHEMERAL_RUNNERS.key_of(er)
+        if event is None:
+            event = self._heard.get(key)
+        patch = decide.release_patch(er, event, exited_0=exited_0)
+        if patch is None:
+            return er
+        with contextlib.suppress(NotFound):
+            er = await self._patch_er(key, patch, resource_version=er.metadata.resource_version)
+        self._heard.pop(key, None)
+        return er
+
+    def _forget(self, key: ObjectKey) -> None:
+        """Drop what is kept in memory for an ER that is gone or being deleted."""
+        self._unwritten_jit.pop(key, None)
+        self._unwritten_id.pop(key, None)
+        self._heard.pop(key, None)
 
     async def _release_if_abandoned(self, er: EphemeralRunner) -> Result:
         """A finished runner is the runner-set worker's to delete; one still here
@@ -819,17 +886,29 @@ class RunnerReconciler:
 
     # --- job events ---------------------------------------------------------------------------------------
 
-    async def handle_job_event(self, event: JobStarted | JobCompleted) -> str:
+    async def handle_job_event(self, event: JobStarted | JobCompleted, *, delivery: int | None = None) -> str:
         """Record a job event on the matching ER's status; returns what happened (for metrics/tests).
 
-        Idempotent: duplicates and out-of-order pairs converge to the same status.
+        Idempotent: duplicates and out-of-order pairs converge to the same status. ``delivery``:
+        the bus delivery count; while it is at most ``JOB_EVENT_DEFERRALS``, a JobCompleted that
+        needs a write of its own is deferred instead (``shared.bus.Redeliver``, metric result
+        ``deferred``; README "runner worker", job events): one whose ER does not show the job yet
+        (its JobStarted is on the way), and one whose mark can ride on the runner's end-of-life
+        metadata patch. None (a direct call): never deferred.
         """
         kind = "started" if isinstance(event, JobStarted) else "completed"
-        result = await retry_on_conflict(lambda: self._job_once(event))
+        try:
+            result = await retry_on_conflict(lambda: self._job_once(event, delivery))
+        except Redeliver:
+            self.metrics.job_events.labels(kind, "deferred").inc()
+            raise
         self.metrics.job_events.labels(kind, result).inc()
         return result
 
-    async def _job_once(self, event: JobStarted | JobCompleted) -> str:
+    def _may_defer(self, delivery: int | None) -> bool:
+        return delivery is not None and delivery <= JOB_EVENT_DEFERRALS
+
+    async def _job_once(self, event: JobStarted | JobCompleted, delivery: int | None = None) -> str:
         key = ObjectKey(event.scale_set.namespace, event.runner_name)
         fields = {"namespace": key.namespace, "name": key.name, "job_id": event.job_id, "runner_id": event.runner_id}
         er = await self._get_er(key)  # authoritative: see the module docstring
@@ -847,16 +926,43 @@ class RunnerReconciler:
                 **fields,
             )
             return "other_job"
+        if isinstance(event, JobCompleted) and self._may_defer(delivery):
+            if not (er.status is not None and er.status.has_job()):
+                # The ER does not show the job yet: its JobStarted is on the way. Writing the job
+                # fields from here would cost a write that JobStarted makes anyway.
+                raise Redeliver(self.settings.job_event_defer, "the EphemeralRunner does not show the job yet")
+            if jobs.completion_patch(er, event) is not None:
+                # Remembered: the pass that sees the runner exit 0 folds the mark into its
+                # end-of-life metadata patch; the redelivery writes it if that did not happen.
+                _remember(self._heard, key, event)
+                raise Redeliver(self.settings.job_event_defer, "the mark rides on the runner's end-of-life patch")
         written = False
         patch = jobs.job_status_patch(er, event)
         if patch is not None:
             er = await self._patch_er_status(key, patch, resource_version=er.metadata.resource_version)
             written = True
-        mark = jobs.completion_patch(er, event)
-        if mark is not None:
+        if isinstance(event, JobCompleted) and jobs.completion_patch(er, event) is not None:
+            # The mark, with the finalizers when the runner already exited 0 (one patch).
+            mark = decide.release_patch(er, event) or jobs.completion_patch(er, event)
+            assert mark is not None
             await self._patch_er(key, mark, resource_version=er.metadata.resource_version)
+            self._heard.pop(key, None)
             written = True
         return "recorded" if written else "unchanged"
+
+
+# A JobCompleted is deferred on at most this many deliveries (the consumer's max_deliver is 5: the
+# rest stay for handler failures).
+JOB_EVENT_DEFERRALS = 2
+# Deferred JobCompleted events remembered (a few seconds' worth at any job rate).
+HEARD_COMPLETIONS = 10_000
+
+
+def _remember(memory: dict[ObjectKey, JobCompleted], key: ObjectKey, event: JobCompleted) -> None:
+    memory.pop(key, None)  # re-inserted last: eviction goes oldest first
+    memory[key] = event
+    while len(memory) > HEARD_COMPLETIONS:
+        del memory[next(iter(memory))]
 
 
 def _rv_int(rv: Any) -> int | None:

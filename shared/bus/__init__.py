@@ -4,7 +4,7 @@ Import modules, not names, at call sites (``from shared.bus import subjects``), 
 names re-exported here.
 """
 
-from shared.bus.bus import Bus, Delivery, Handler, PublishAck
+from shared.bus.bus import Bus, Delivery, Handler, PublishAck, Redeliver
 from shared.bus.errors import (
     BusConfigConflict,
     BusError,
@@ -52,6 +52,7 @@ __all__ = [
     "OutboxFull",
     "PublishAck",
     "PublishFailed",
+    "Redeliver",
     "ResourceChanged",
     "ResourceRef",
     "RevisionApplied",

@@ -125,6 +125,24 @@ class Delivery:
 Handler = Callable[[Delivery], Awaitable[None]]
 
 
+class Redeliver(Exception):
+    """A handler's answer "not yet: give me this message again in ``after`` seconds".
+
+    Not a failure: the message is nak'ed with exactly that delay, counted in
+    ``runnerscale_bus_deferred_messages_total`` (not in the handler failures) and logged at debug
+    level. A deferral still uses one of the consumer's ``max_deliver`` deliveries, so a handler
+    defers a bounded number of times (``Delivery.num_delivered``) and then handles the message;
+    one deferred at the last delivery is terminated like a failure.
+    """
+
+    def __init__(self, after: float, reason: str = "") -> None:
+        if after < 0:
+            raise ValueError(f"redelivery delay must be >= 0, got {after}")
+        super().__init__(reason or f"redeliver after {after:g}s")
+        self.after = after
+        self.reason = reason
+
+
 # --- pure configuration decisions ------------------------------------------------------------
 
 
@@ -647,10 +665,16 @@ class Bus:
             m.HANDLED_MESSAGES.labels(kind).inc()
             await self._settle(raw.ack, subject)
             return
-        m.HANDLER_FAILURES.labels(kind).inc()
         fields: dict[str, Any] = dict(
             subject=subject, stream_sequence=meta.sequence.stream, delivery=meta.num_delivered
         )
+        if isinstance(failure, Redeliver) and meta.num_delivered < consumer.max_deliver:
+            deferred = failure
+            m.DEFERRED_MESSAGES.labels(kind).inc()
+            log.debug("handler deferred the message", after=deferred.after, reason=deferred.reason, **fields)
+            await self._settle(lambda: raw.nak(delay=deferred.after), subject)
+            return
+        m.HANDLER_FAILURES.labels(kind).inc()
         if meta.num_delivered >= consumer.max_deliver:
             m.TERMINATED_MESSAGES.labels(kind).inc()
             log.error("handler failed, giving up", error=f"{type(failure).__name__}: {failure}", **fields)

@@ -19,6 +19,11 @@ HANDLER_FAILURES = Counter(
     "Handler exceptions (the message is nak'ed with backoff, or terminated at max_deliver)",
     ["subject_kind"],
 )
+DEFERRED_MESSAGES = Counter(
+    "runnerscale_bus_deferred_messages_total",
+    "Messages a handler asked to get again later (shared.bus.Redeliver: nak'ed with its delay; not a failure)",
+    ["subject_kind"],
+)
 TERMINATED_MESSAGES = Counter(
     "runnerscale_bus_terminated_messages_total",
     "Messages given up on after max_deliver failed deliveries",

@@ -8,7 +8,7 @@ import msgspec
 import nats
 import pytest
 
-from shared.bus import Bus, BusSettings, Delivery, DesiredState, Handler, subjects
+from shared.bus import Bus, BusSettings, Delivery, DesiredState, Handler, Redeliver, subjects
 from shared.bus.messages import subject_for
 from shared.bus.subjects import ConsumerSpec, DeliverFrom
 from tests.bus.conftest import metric, wait_for
@@ -124,13 +124,18 @@ async def test_a_failing_handler_is_retried_then_acked_and_later_messages_still_
     assert sorted(handled) == sorted([first.patch_id, second.patch_id])
 
 
-async def test_a_handler_that_always_fails_is_terminated_after_max_deliver(bus_settings: BusSettings) -> None:
+@pytest.mark.parametrize(
+    "outcome", [ValueError("bug"), Redeliver(0.0, "never ready")], ids=["failure", "deferred at the last delivery"]
+)
+async def test_a_handler_that_always_fails_is_terminated_after_max_deliver(
+    bus_settings: BusSettings, outcome: Exception
+) -> None:
     before = metric("runnerscale_bus_terminated_messages_total", subject_kind="desired")
     attempts: list[int] = []
 
     async def broken(delivery: Delivery) -> None:
         attempts.append(delivery.num_delivered)
-        raise ValueError("bug")
+        raise outcome
 
     async with Bus.connect(bus_settings) as bus:
         await bus.publish(samples()[0])
@@ -248,3 +253,30 @@ async def test_a_lone_message_reaches_an_idle_consumer_without_waiting_for_the_p
 
             await wait_for(seen_n, timeout=5)
         tg.cancel_scope.cancel()
+
+
+async def test_a_deferred_message_comes_back_after_its_delay_and_is_no_failure(bus_settings: BusSettings) -> None:
+    deferred_before = metric("runnerscale_bus_deferred_messages_total", subject_kind="desired")
+    failures_before = metric("runnerscale_bus_handler_failures_total", subject_kind="desired")
+    seen: list[tuple[int, float]] = []
+
+    async def not_yet(delivery: Delivery) -> None:
+        seen.append((delivery.num_delivered, anyio.current_time()))
+        if delivery.num_delivered == 1:
+            raise Redeliver(0.3, "the object does not show it yet")
+
+    async with Bus.connect(bus_settings) as bus:
+        await bus.publish(samples()[0])
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bus.consume, ALL_DESIRED, not_yet)
+            await wait_for(lambda: len(seen) == 2)
+            tg.cancel_scope.cancel()
+    assert [n for n, _ in seen] == [1, 2]
+    assert seen[1][1] - seen[0][1] >= 0.25  # the handler's delay, not the failure backoff's 0.5 s
+    assert metric("runnerscale_bus_deferred_messages_total", subject_kind="desired") == deferred_before + 1
+    assert metric("runnerscale_bus_handler_failures_total", subject_kind="desired") == failures_before
+
+
+def test_a_negative_redelivery_delay_is_refused() -> None:
+    with pytest.raises(ValueError, match="delay"):
+        Redeliver(-1.0)

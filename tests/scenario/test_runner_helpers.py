@@ -30,6 +30,8 @@ FAST = RunnerSettings(
     job_still_running_requeue=0.2,
     runner_exists_requeue=0.05,
     already_exists_requeue=0.1,
+    pending_status_after=0.0,  # Pending with the runner id at once, as the scenario tests expect; the deferral has its own tests
+    job_event_defer=0.2,
     finished_release_after=3.0,  # no runner-set worker here: the runner worker releases finished runners (a window wide enough for wait_finished on a loaded machine)
 )
 

@@ -175,9 +175,54 @@ def test_running_pod_status_is_copied_once() -> None:
     assert isinstance(same, Wait)
 
 
-def test_phase_follows_pod_back_to_pending() -> None:
-    d = decide.decide_pod(er({"phase": "Running"}), pod("Pending", {"waiting": {}}), NOW, S)
+def test_phase_follows_pod_back_to_pending_once_it_stays_pending() -> None:
+    stuck = pod("Pending", {"waiting": {}}, created=NOW - timedelta(seconds=S.pending_status_after))
+    d = decide.decide_pod(er({"phase": "Running"}), stuck, NOW, S)
     assert isinstance(d, PatchStatus) and d.status_patch["status"]["phase"] == "Pending"
+
+
+# --- issue 10: a young Pending pod writes nothing; the runner id waits for Running -----------------
+
+
+@pytest.mark.parametrize("runner_state", [{"waiting": {"reason": "ContainerCreating"}}, None])
+def test_a_young_pending_pod_holds_its_status_until_the_setting_has_passed(runner_state: Any) -> None:
+    young = pod("Pending", runner_state, created=NOW - timedelta(seconds=4))
+    d = decide.decide_pod(er(), young, NOW, S)
+    assert d == Wait(S.pending_status_after - 4, "young Pending pod", hold_status=True)
+    later = NOW + timedelta(seconds=S.pending_status_after - 4)
+    after = decide.decide_pod(er(), young, later, S)
+    assert not (isinstance(after, Wait) and after.hold_status)
+    if runner_state is not None:  # a container status: Pending is copied (with the held runner id)
+        assert isinstance(after, PatchStatus) and after.status_patch["status"]["phase"] == "Pending"
+
+
+def test_a_pending_status_is_written_at_once_with_the_setting_zero() -> None:
+    d = decide.decide_pod(er(), pod("Pending", {"waiting": {}}), NOW, replace(S, pending_status_after=0))
+    assert isinstance(d, PatchStatus) and d.status_patch["status"]["phase"] == "Pending"
+
+
+def test_the_first_phase_that_is_not_pending_is_written_at_once() -> None:
+    d = decide.decide_pod(er(), pod("Running", RUNNING), NOW, S)  # created NOW: as young as it gets
+    assert isinstance(d, PatchStatus) and d.status_patch["status"]["phase"] == "Running"
+
+
+def test_the_pending_hold_never_postpones_the_start_deadline() -> None:
+    settings = replace(S, pod_start_deadline=20.0)
+    d = decide.decide_pod(er(), pod("Pending", created=NOW - timedelta(seconds=10)), NOW, settings)
+    assert d == Wait(5.0, "young Pending pod", hold_status=True)
+    d = decide.decide_pod(
+        er(), pod("Pending", created=NOW - timedelta(seconds=8)), NOW, replace(settings, pod_start_deadline=10.0)
+    )
+    assert isinstance(d, Wait) and d.requeue_after == pytest.approx(2.0)
+    gone = decide.decide_pod(
+        er(), pod("Pending", created=NOW - timedelta(seconds=10)), NOW, replace(settings, pod_start_deadline=10.0)
+    )
+    assert isinstance(gone, DeleteRunner) and gone.reason == "PodStartTimeout"
+
+
+def test_a_negative_pending_status_after_is_refused() -> None:
+    with pytest.raises(ValueError, match="pending_status_after"):
+        RunnerSettings(pending_status_after=-1)
 
 
 def test_ready_uses_the_last_ready_condition() -> None:
@@ -224,7 +269,8 @@ def test_pod_that_never_starts_hits_the_deadline() -> None:
     old = NOW - timedelta(seconds=S.pod_start_deadline + 1)
     d = decide.decide_pod(er(), pod("Pending", uid="p", created=old), NOW, S)
     assert isinstance(d, DeleteRunner) and d.reason == "PodStartTimeout"
-    young = decide.decide_pod(er(), pod("Pending", created=NOW - timedelta(seconds=10)), NOW, S)
+    no_hold = replace(S, pending_status_after=0)
+    young = decide.decide_pod(er(), pod("Pending", created=NOW - timedelta(seconds=10)), NOW, no_hold)
     assert isinstance(young, Wait) and young.requeue_after == pytest.approx(S.pod_start_deadline - 10)
     # a started runner is never "not started"
     assert not isinstance(decide.decide_pod(er(), pod("Running", RUNNING, created=old), NOW, S), DeleteRunner)

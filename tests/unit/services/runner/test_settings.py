@@ -46,11 +46,19 @@ def test_env_then_flags() -> None:
     assert from_env.exclude_label_prefixes == ("x/", "y/")
 
 
+def test_pending_status_after_defaults_to_15s_from_env_and_flag() -> None:
+    assert loader.load(RunnerSettings, parse(), {}).pending_status_after == 15.0
+    env = {"RUNNERSCALE_RUNNER_PENDING_STATUS_AFTER": "5"}
+    assert loader.load(RunnerSettings, parse(), env).pending_status_after == 5.0
+    assert loader.load(RunnerSettings, parse("--pending-status-after", "0"), env).pending_status_after == 0.0
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "named"),
     [
         ("--max-failures", "x", "RUNNERSCALE_RUNNER_MAX_FAILURES / --max-failures"),
         ("--pod-start-deadline", "-1", "RUNNERSCALE_RUNNER_POD_START_DEADLINE / --pod-start-deadline"),
+        ("--pending-status-after", "-1", "RUNNERSCALE_RUNNER_PENDING_STATUS_AFTER / --pending-status-after"),
         ("--failure-backoff", "1,a", "RUNNERSCALE_RUNNER_FAILURE_BACKOFF / --failure-backoff"),
         ("--failure-backoff", ",", "RUNNERSCALE_RUNNER_FAILURE_BACKOFF / --failure-backoff"),
     ],
