@@ -256,6 +256,11 @@ class World:
         self.jobs: dict[str, JobRecord] = {}
         self.open_jobs: dict[str, JobRecord] = {}  # not completed: all that settle and statistics look at
         self.runners: dict[int, RunnerRecord] = {}
+        # Lookup hints by token and by (tenant, name), checked against ``runners`` on every use (a
+        # removed runner's entry is stale, never trusted): runner-side calls and registrations no
+        # longer scan every runner (issue 10).
+        self._runner_by_token: dict[str, RunnerRecord] = {}
+        self._runner_by_name: dict[tuple[int, str], RunnerRecord] = {}
         self.sessions: dict[str, SessionRecord] = {}
         self.queues: dict[int, MessageQueue] = {}
         self._tenant_ids = itertools.count(1)
@@ -608,11 +613,11 @@ class World:
         if not name:
             raise bad_request("Runner name is required (field: name).")
         self.scale_set(tenant_id, scale_set_id)
-        for r in self.runners.values():
-            if r.tenant_id == tenant_id and r.name == name:
-                raise ServiceFault(
-                    409, exception_name("AgentExistsException", _DT), f"A runner exists with the same name {name}."
-                )
+        known = self._runner_by_name.get((tenant_id, name))
+        if known is not None and self.runners.get(known.id) is known:
+            raise ServiceFault(
+                409, exception_name("AgentExistsException", _DT), f"A runner exists with the same name {name}."
+            )
         runner = RunnerRecord(
             id=next(self._runner_ids),
             name=name,
@@ -622,8 +627,18 @@ class World:
             created_on=now,
         )
         self.runners[runner.id] = runner
+        self._runner_by_token[token] = runner
+        self._runner_by_name[(tenant_id, name)] = runner
+        self._forget_stale_hints()
         self.touch()
         return runner
+
+    def _forget_stale_hints(self) -> None:
+        """Drop the hints of removed runners once they outnumber the registered ones."""
+        if len(self._runner_by_token) > 2 * len(self.runners) + 64:
+            live = {id(r) for r in self.runners.values()}
+            self._runner_by_token = {t: r for t, r in self._runner_by_token.items() if id(r) in live}
+            self._runner_by_name = {k: r for k, r in self._runner_by_name.items() if id(r) in live}
 
     def runner(self, tenant_id: int, runner_id: int) -> RunnerRecord:
         runner = self.runners.get(runner_id)
@@ -655,9 +670,9 @@ class World:
         self.touch()
 
     def runner_by_token(self, token: str) -> RunnerRecord | None:
-        for r in self.runners.values():
-            if r.token == token:
-                return r
+        r = self._runner_by_token.get(token)
+        if r is not None and self.runners.get(r.id) is r and r.token == token:
+            return r
         return None
 
     def runner_connect(self, runner: RunnerRecord, version: str) -> bool:
