@@ -13,10 +13,10 @@ from services.embedded.actions_sim import wire
 from services.embedded.actions_sim.server import Simulator
 from services.embedded.actions_sim.settings import SimConfig
 from services.embedded.actions_sim.tokens import TokenError, TokenIssuer
-from services.embedded.actions_sim.views import SimSettings
+from services.embedded.actions_sim.views import JobSpec, SimSettings
 from services.embedded.actions_sim.world import ScopeRef, ServiceFault
 from tests.fixtures.actions_sim import _app_key_pem
-from tests.sim.test_world import T0, make_world
+from tests.sim.test_world import T0, connect_runner, drain, make_world
 
 
 def _counted_settles(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> list[float]:
@@ -90,3 +90,33 @@ def test_runner_lookups_forget_removed_runners() -> None:
         r = world.register_runner(tenant, scale_set_id, f"x{i}", f"t{i}", now=T0)
         world.remove_runner(tenant, r.id)
     assert len(world._runner_by_token) < 100  # 202 registered; pruned at 2 x live + 64
+
+
+def test_started_jobs_count_against_capacity_and_come_back_when_their_scale_set_goes() -> None:
+    """Settle walks only jobs not started; capacity still counts the started ones, and a started
+    job requeued by its scale set's deletion is routed again, in queue order."""
+    world, tenant, scale_set_id = make_world()
+    world.set_capacity(scale_set_id, 2)
+    jobs = world.enqueue_jobs(JobSpec(count=3, labels=["linux"]), now=T0)
+    world.settle(now=T0)
+    assert [j.state for j in jobs] == ["assigned", "assigned", "queued"]
+    for i in range(2):
+        runner = connect_runner(world, tenant, scale_set_id, f"r{i}")
+        world.settle(now=T0)
+        job = world.runner_job(runner)
+        assert job is not None
+        world.job_started(runner, job.job_id, now=T0)
+    world.settle(now=T0)
+    world.settle(now=T0)
+    assert [j.state for j in jobs] == ["started", "started", "queued"]  # 2 started fill the capacity of 2
+    world.set_capacity(scale_set_id, 3)
+    world.settle(now=T0)
+    assert jobs[2].state == "assigned"
+
+    world.delete_scale_set(tenant, scale_set_id)
+    other = world.create_scale_set(tenant, wire.ScaleSetRequest(name="linux"), now=T0)
+    world.settle(now=T0)
+    assert [(j.state, j.scale_set_id) for j in jobs] == [("assigned", other.id)] * 3
+    events = drain(world, other.id)
+    assert [type(e).__name__ for e in events] == ["JobAssigned"] * 3
+    assert [e.job_id for e in events] == [j.job_id for j in jobs]  # in queue order
