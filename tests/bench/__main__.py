@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import pkgutil
 import sys
 
@@ -18,15 +19,29 @@ from tests.bench.table import Table
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench")
-    parser.add_argument("names", nargs="*", help="benchmark names (default: all), e.g. semantic bus")
+    parser.add_argument(
+        "names",
+        nargs="*",
+        help="benchmark names (default: all), e.g. semantic bus; numbers are sizes for the benchmarks"
+        " that take them (`burst 1000` runs the burst at N = 1,000 only)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     args = parser.parse_args(argv)
+    wanted = [a for a in args.names if not a.isdigit()]
+    sizes = tuple(int(a) for a in args.names if a.isdigit())
     names = [m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name.startswith("bench_")]
-    if args.names:
-        names = [n for n in names if n.removeprefix("bench_") in args.names]
+    if wanted or sizes:
+        names = [n for n in names if n.removeprefix("bench_") in wanted]
+    if not names:
+        parser.error(f"no benchmark named {' '.join(wanted) or '(sizes need a benchmark name)'}")
     for name in sorted(names):
         module = importlib.import_module(f"tests.bench.{name}")
-        table: Table = module.run(quick=args.quick)
+        kwargs: dict[str, object] = {"quick": args.quick}
+        if sizes:
+            if "sizes" not in inspect.signature(module.run).parameters:
+                parser.error(f"{name.removeprefix('bench_')} takes no sizes")
+            kwargs["sizes"] = sizes
+        table: Table = module.run(**kwargs)
         print(table.render())
         print()
     return 0

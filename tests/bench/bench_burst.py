@@ -96,6 +96,7 @@ class Outcome:
         self.error = ""
         self.rss: dict[str, float] = {}
         self.cpu: dict[str, float] = {}  # CPU seconds per component during the burst
+        self.requests: dict[str, int] = {}  # API server requests during the burst, "verb resource[/sub]" → count
 
 
 def _workload(n: int, out: Outcome, timeout: float) -> Any:
@@ -114,6 +115,9 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
         async with anyio.create_task_group() as tg:
             await tg.start(pods.run)
             before = _stack(Path(opts.workdir))
+            emulator = f"{kube.client.host.rstrip('/')}/_emulator/requests" if not opts.kubeconfig else ""
+            if emulator:
+                await _sim(http, "DELETE", emulator)
             started = time.monotonic()
             await _sim(
                 http, "POST", f"{sim_url}/_sim/jobs", {"count": n, "labels": ["demo-runners"], "duration": JOB_SECONDS}
@@ -126,6 +130,11 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
         after = _stack(Path(opts.workdir))
         out.rss = {k: v[1] for k, v in after.items()}
         out.cpu = {k: v[0] - before.get(k, (0.0, 0.0))[0] for k, v in after.items()}
+        if emulator:
+            rows = await _sim(http, "GET", emulator)
+            for row in rows:
+                what = f"{row['verb']} {row['resource']}" + (f"/{row['subresource']}" if row["subresource"] else "")
+                out.requests[what] = out.requests.get(what, 0) + int(row["count"])
         if out.seconds is None:
             out.error = f"{out.reached}/{n} pods Running after {timeout:.0f}s"
             return 1
@@ -177,22 +186,27 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
             "growth vs 300",
             "RSS runner-set / runner (MB)",
             "CPU s during burst",
+            "API requests per runner",
             "goal",
         ],
     )
     for n, r in results.items():
         goal = f"<= {GOAL_1000:g} s" if n == 1000 else ("<= 1.0 growth" if n > 300 else "")
         if r.seconds is None:
-            table.add(str(n), f"failed: {r.error}", "", "", "", "", goal)
+            table.add(str(n), f"failed: {r.error}", "", "", "", "", "", goal)
             continue
         g = f"{ratio[n]:.2f}" if n in ratio else ""
         rss = f"{r.rss.get('runner-set', 0):.0f} / {r.rss.get('runner', 0):.0f}" if r.rss else "?"
         cpu = " ".join(f"{k} {v:.1f}" for k, v in sorted(r.cpu.items(), key=lambda kv: -kv[1]) if v >= 0.05)
-        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, rss, cpu, goal)
+        total = sum(r.requests.values())
+        top = sorted(r.requests.items(), key=lambda kv: -kv[1])[:6]
+        reqs = f"{total / n:.1f}: " + ", ".join(f"{k} {c / n:.1f}" for k, c in top) if r.requests else ""
+        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, rss, cpu, reqs, goal)
     table.add(
         "load (1/5/15 min) before → after",
         f"{'/'.join(f'{x:.1f}' for x in load_before)} → {'/'.join(f'{x:.1f}' for x in load_after)}"
         f" on {os.cpu_count()} cores",
+        "",
         "",
         "",
         "",

@@ -138,3 +138,41 @@ async def test_deleting_an_idle_runner_pod_disconnects_the_runner(
 
     runners = await actions_sim.control.runners()
     assert [(r.name, r.status) for r in runners] == [("runner-idle", "offline")]
+
+
+async def test_a_runner_pod_start_is_one_status_write_and_one_secret_read(
+    kube_api: KubeApi,
+    namespace: str,
+    kube: KubeRest,
+    tmp_path: Path,
+    actions_sim: ActionsSim,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 10: binding, IP and the running container are reported together (the status waits
+    ``start_status_delay`` at most for the first container to start), and the JIT Secret read for
+    the pod's volumes serves its first container start (before: three writes, two reads)."""
+    jit = await _jit_config(actions_sim, "runner-one")
+    await create_secret(kube, namespace, "runner-one", {"jitToken": jit})
+    written: list[str] = []
+    secret_reads: list[str] = []
+    config = node_config(kube_api, namespace, tmp_path, actions_url=actions_sim.url, start_status_delay=10.0)
+    async with running_node(config) as node:
+        assert node.kube is not None
+        real_write, real_get = node.kube.replace_pod_status, node.kube.get
+
+        async def write(pod: dict[str, Any]) -> dict[str, Any]:
+            written.append(str((pod.get("status") or {}).get("phase")))
+            return await real_write(pod)
+
+        async def get(kind: str, ns: str, name: str) -> Any:
+            if kind == "secrets":
+                secret_reads.append(name)
+            return await real_get(kind, ns, name)
+
+        monkeypatch.setattr(node.kube, "replace_pod_status", write)  # the node's client only, not this test's
+        monkeypatch.setattr(node.kube, "get", get)
+        await create(kube, namespace, "pods", _runner_pod("runner-one", "runner-one"))
+        pod = await wait_pod(kube, namespace, "runner-one", lambda p: phase(p) == "Running", what="Running")
+        assert cstatus(pod, "runner")["state"].get("running")
+        assert written[:1] == ["Running"], written  # the first write already reports the running runner
+        assert secret_reads == ["runner-one"]

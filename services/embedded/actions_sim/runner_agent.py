@@ -56,9 +56,11 @@ async def run_runner(
     job_wait: float = 30.0,
     request_timeout: float = 10.0,
     on_started: Callable[[views.RunnerJob], Awaitable[None]] | None = None,
+    connector: aiohttp.BaseConnector | None = None,
 ) -> RunnerOutcome:
     """Run one runner to completion. ``sim_url`` overrides the server URL inside the JIT config
-    (a pod may reach the simulator by another address); cancel the call to kill the runner."""
+    (a pod may reach the simulator by another address); cancel the call to kill the runner.
+    ``connector``: a connection pool shared with other runners (kept open), else the runner's own."""
     try:
         config = decode_jit_config(jit_config)
     except JitConfigError as exc:
@@ -66,7 +68,9 @@ async def run_runner(
     name = config.runner.agent_name
     base = (sim_url or config.runner.server_url).rstrip("/")
     headers = {"Authorization": f"Bearer {config.credentials.data.token}"}
-    async with aiohttp.ClientSession(base_url=base, headers=headers) as http:
+    async with aiohttp.ClientSession(
+        base_url=base, headers=headers, connector=connector, connector_owner=connector is None
+    ) as http:
         try:
             return await _run(http, name, version, job_wait, request_timeout, on_started)
         except _Unusable as exc:

@@ -14,6 +14,7 @@ request the world is settled (time-driven transitions) and long-polls are woken.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import deque
@@ -97,6 +98,12 @@ class Simulator:
         self.registration_tokens: dict[str, tuple[ScopeRef, float]] = {}
         self._changed = anyio.Event()
         self._seen_generation = -1
+        # What the last full settle saw: the world's generation and its next deadline. Settling
+        # again before either moves changes nothing (issue 10: a settle walks every open job, and
+        # every request settled, O(N²) in a burst).
+        self._settled_generation = -1
+        self._settle_due = 0.0
+        self._settle_scheduled = False
         # Defence in depth: the simulator never logs credentials. Tokens it mints are not
         # registered (the process-wide secret set would grow with every runner).
         register_secret(config.pat)
@@ -106,13 +113,35 @@ class Simulator:
     def now(self) -> float:
         return time.time() + self.clock_offset
 
-    def settle(self) -> None:
-        """Apply time-driven transitions, then wake long-polls if anything changed."""
-        self.world.settle(now=self.now())
+    def settle(self, *, force: bool = False) -> None:
+        """Apply time-driven transitions, then wake long-polls if anything changed.
+
+        Skipped when nothing changed since the last settle (same generation) and no deadline
+        (assignment timeout, session expiry) has come: the world would settle to what it is.
+        ``force`` for changes the generation does not record (settings, clock, control calls)."""
+        now = self.now()
+        if not force and self.world.generation == self._settled_generation and now < self._settle_due:
+            return
+        self.world.settle(now=now)
+        self._settled_generation = self.world.generation
+        deadline = self.world.next_deadline()
+        self._settle_due = float("inf") if deadline is None else deadline
         if self.world.generation != self._seen_generation:
             self._seen_generation = self.world.generation
             self._changed.set()
             self._changed = anyio.Event()
+
+    def _settle_soon(self) -> None:
+        """Settle once the requests handled in this turn of the event loop are done: callbacks run
+        in order, so the settle comes before the loop reads anyone's next request (a client that
+        got its answer sees the settled world), and a batch of requests settles once (issue 10)."""
+        if not self._settle_scheduled:
+            self._settle_scheduled = True
+            asyncio.get_running_loop().call_soon(self._deferred_settle)
+
+    def _deferred_settle(self) -> None:
+        self._settle_scheduled = False
+        self.settle()
 
     async def wait_for_change(self, timeout: float) -> None:
         event = self._changed
@@ -123,8 +152,7 @@ class Simulator:
         """Settle at the world's next deadline (assignment timeouts, session expiry) or on change."""
         while True:
             self.settle()
-            deadline = self.world.next_deadline()
-            wait = 5.0 if deadline is None else min(max(deadline - self.now(), 0.01), 5.0)
+            wait = min(max(self._settle_due - self.now(), 0.01), 5.0)
             await self.wait_for_change(wait)
 
     def reset(self) -> None:
@@ -135,7 +163,7 @@ class Simulator:
         self.clock_offset = 0.0
         self.installation_tokens.clear()
         self.registration_tokens.clear()
-        self.settle()
+        self.settle(force=True)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -495,6 +523,8 @@ class Simulator:
         finally:
             session.polls_in_flight -= 1
             session.last_active = self.now()
+            if session.polls_in_flight == 0:  # its idle expiry counts again: a deadline the generation does not record
+                self._settle_due = min(self._settle_due, session.last_active + self.world.settings.session_idle_timeout)
 
     async def delete_message(self, request: web.Request) -> web.Response:
         session = self.queue_session(request)
@@ -815,7 +845,10 @@ class Simulator:
         except web.HTTPException as exc:
             response = exc
         finally:
-            self.settle()
+            if is_service:
+                self._settle_soon()
+            else:
+                self.settle(force=True)  # control calls change what the generation does not record
         if is_service:
             if endpoint in REST_ENDPOINTS:
                 response.headers["X-GitHub-Request-Id"] = str(uuid.uuid4()).upper()

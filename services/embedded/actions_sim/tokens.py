@@ -15,6 +15,8 @@ from typing import Any
 import jwt
 import msgspec
 
+VERIFIED_CACHE_SIZE = 4096  # verified tokens remembered (then forgotten all at once)
+
 
 class TokenError(Exception):
     """A credential was rejected; ``expired`` tells expiry apart from garbage. Never holds the token."""
@@ -41,6 +43,10 @@ class TokenIssuer:
 
     def __init__(self, secret: str | None = None) -> None:
         self._secret = secret or secrets.token_urlsafe(32)
+        # Tokens whose signature verified, with their claims: a token is immutable, so checking
+        # its signature again (every queue and admin call) would give the same answer. Expiry is
+        # still checked on every use, against the caller's clock.
+        self._verified: dict[tuple[str, str], dict[str, Any]] = {}
 
     def _mint(self, kind: str, claims: dict[str, Any], *, now: float, ttl: float) -> str:
         payload = {
@@ -55,6 +61,18 @@ class TokenIssuer:
         return jwt.encode(payload, self._secret, algorithm="HS256")
 
     def _verify(self, token: str, kind: str, *, now: float) -> dict[str, Any]:
+        claims = self._verified.get((token, kind))
+        if claims is None:
+            claims = self._decode(token, kind)
+            if len(self._verified) >= VERIFIED_CACHE_SIZE:
+                self._verified.clear()
+            self._verified[(token, kind)] = claims
+        if not isinstance(claims.get("exp"), (int, float)) or claims["exp"] <= now:
+            raise TokenError(f"{kind} token expired", expired=True)
+        return claims
+
+    def _decode(self, token: str, kind: str) -> dict[str, Any]:
+        """The claims of a token this issuer signed for ``kind``; TokenError otherwise."""
         try:
             claims = jwt.decode(
                 token,
@@ -67,9 +85,7 @@ class TokenIssuer:
             raise TokenError(f"not a valid {kind} token") from None
         if claims.get("sub") != kind:
             raise TokenError(f"not a {kind} token")
-        if not isinstance(claims.get("exp"), (int, float)) or claims["exp"] <= now:
-            raise TokenError(f"{kind} token expired", expired=True)
-        return claims
+        return dict(claims)
 
     def mint_admin(self, tenant: int, *, now: float, ttl: float) -> str:
         return self._mint("admin", {"tenant": tenant}, now=now, ttl=ttl)

@@ -255,7 +255,18 @@ class World:
         self.scale_sets: dict[int, ScaleSetRecord] = {}
         self.jobs: dict[str, JobRecord] = {}
         self.open_jobs: dict[str, JobRecord] = {}  # not completed: all that settle and statistics look at
+        # The open jobs settle walks: every open job not started, in open_jobs' order, plus some
+        # started or closed ones it drops as it meets them (issue 10: started jobs, most of a
+        # burst, need nothing from settle, and walking them made every settle O(all jobs)).
+        # ``_unstarted_stale``: a started job went back to the queue; rebuilt before the next walk.
+        self._unstarted: dict[str, JobRecord] = {}
+        self._unstarted_stale = False
         self.runners: dict[int, RunnerRecord] = {}
+        # Lookup hints by token and by (tenant, name), checked against ``runners`` on every use (a
+        # removed runner's entry is stale, never trusted): runner-side calls and registrations no
+        # longer scan every runner (issue 10).
+        self._runner_by_token: dict[str, RunnerRecord] = {}
+        self._runner_by_name: dict[tuple[int, str], RunnerRecord] = {}
         self.sessions: dict[str, SessionRecord] = {}
         self.queues: dict[int, MessageQueue] = {}
         self._tenant_ids = itertools.count(1)
@@ -394,6 +405,7 @@ class World:
         for job in self.open_jobs.values():
             if job.scale_set_id == scale_set_id:
                 _requeue(job)
+        self._unstarted_stale = True
         self.touch()
 
     # -- sessions ------------------------------------------------------------------------------
@@ -571,6 +583,7 @@ class World:
             )
             self.jobs[job.job_id] = job
             self.open_jobs[job.job_id] = job
+            self._unstarted[job.job_id] = job
             created.append(job)
         self.touch()
         return created
@@ -608,11 +621,11 @@ class World:
         if not name:
             raise bad_request("Runner name is required (field: name).")
         self.scale_set(tenant_id, scale_set_id)
-        for r in self.runners.values():
-            if r.tenant_id == tenant_id and r.name == name:
-                raise ServiceFault(
-                    409, exception_name("AgentExistsException", _DT), f"A runner exists with the same name {name}."
-                )
+        known = self._runner_by_name.get((tenant_id, name))
+        if known is not None and self.runners.get(known.id) is known:
+            raise ServiceFault(
+                409, exception_name("AgentExistsException", _DT), f"A runner exists with the same name {name}."
+            )
         runner = RunnerRecord(
             id=next(self._runner_ids),
             name=name,
@@ -622,8 +635,18 @@ class World:
             created_on=now,
         )
         self.runners[runner.id] = runner
+        self._runner_by_token[token] = runner
+        self._runner_by_name[(tenant_id, name)] = runner
+        self._forget_stale_hints()
         self.touch()
         return runner
+
+    def _forget_stale_hints(self) -> None:
+        """Drop the hints of removed runners once they outnumber the registered ones."""
+        if len(self._runner_by_token) > 2 * len(self.runners) + 64:
+            live = {id(r) for r in self.runners.values()}
+            self._runner_by_token = {t: r for t, r in self._runner_by_token.items() if id(r) in live}
+            self._runner_by_name = {k: r for k, r in self._runner_by_name.items() if id(r) in live}
 
     def runner(self, tenant_id: int, runner_id: int) -> RunnerRecord:
         runner = self.runners.get(runner_id)
@@ -655,9 +678,9 @@ class World:
         self.touch()
 
     def runner_by_token(self, token: str) -> RunnerRecord | None:
-        for r in self.runners.values():
-            if r.token == token:
-                return r
+        r = self._runner_by_token.get(token)
+        if r is not None and self.runners.get(r.id) is r and r.token == token:
+            return r
         return None
 
     def runner_connect(self, runner: RunnerRecord, version: str) -> bool:
@@ -736,7 +759,13 @@ class World:
                 del self.sessions[session.session_id]
                 self.touch()
         by_scale_set: dict[int, list[JobRecord]] = {i: [] for i in self.scale_sets}
-        for job in list(self.open_jobs.values()):
+        if self._unstarted_stale:
+            self._unstarted = {k: j for k, j in self.open_jobs.items() if j.state != "started"}
+            self._unstarted_stale = False
+        for job in list(self._unstarted.values()):
+            if job.state == "started" or job.job_id not in self.open_jobs:
+                del self._unstarted[job.job_id]  # nothing for settle to do (started jobs stay started)
+                continue
             if (
                 job.state == "assigned"
                 and job.scale_set_assign_time is not None
@@ -792,10 +821,16 @@ class World:
 
     def _assign(self, scale_set: ScaleSetRecord, mine: list[JobRecord], *, now: float) -> None:
         ready_state = "acquired" if self.settings.mode == "ghes" else "queued"
-        active = sum(1 for j in mine if j.state in ("assigned", "started"))
-        for job in mine:
-            if job.state != ready_state:
-                continue
+        ready = [j for j in mine if j.state == ready_state]
+        if not ready:
+            return
+        active = 0
+        if scale_set.max_capacity is not None:
+            # ``mine`` holds no started jobs: they are counted among all open jobs.
+            active = sum(1 for j in mine if j.state == "assigned") + sum(
+                1 for j in self.open_jobs.values() if j.scale_set_id == scale_set.id and j.state == "started"
+            )
+        for job in ready:
             # X-ScaleSetMaxCapacity caps assigned jobs; 0 pauses assignment (assumption, §9.5).
             if scale_set.max_capacity is not None and active >= scale_set.max_capacity:
                 return
@@ -804,10 +839,10 @@ class World:
             self._emit(job, self._event(wire.JobAssigned, job))
 
     def _dispatch(self, scale_set: ScaleSetRecord, mine: list[JobRecord], *, now: float) -> None:
-        idle = [r for r in self.runners.values() if r.scale_set_id == scale_set.id and r.status == "idle"]
-        if not idle:
-            return
         waiting = [j for j in mine if j.state == "assigned" and j.runner_id is None]
+        if not waiting:
+            return
+        idle = [r for r in self.runners.values() if r.scale_set_id == scale_set.id and r.status == "idle"]
         for job, runner in zip(waiting, idle, strict=False):
             job.runner_id, job.runner_name, job.runner_assign_time = runner.id, runner.name, now
             runner.job_id, runner.status = job.job_id, "busy"
@@ -819,8 +854,8 @@ class World:
         times = [x.last_active + s.session_idle_timeout for x in self.sessions.values() if x.polls_in_flight == 0]
         times += [
             j.scale_set_assign_time + s.assign_timeout * (j.attempts + 1)
-            for j in self.open_jobs.values()
-            if j.state == "assigned" and j.scale_set_assign_time is not None
+            for j in self._unstarted.values()  # every assigned job is there (assigned is never started)
+            if j.state == "assigned" and j.scale_set_assign_time is not None and j.job_id in self.open_jobs
         ]
         return min(times) if times else None
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import base64
 import posixpath
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -48,8 +49,17 @@ _INTERNAL_GROUP = {
 GC_FINALIZERS = ("orphan", "foregroundDeletion")
 
 
+_formatted_second: list[tuple[int, str]] = [(-1, "")]  # the last second formatted (timestamps are whole seconds)
+
+
 def now_rfc3339(offset_seconds: int = 0) -> str:
-    return (datetime.now(UTC) + timedelta(seconds=offset_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    second = int(time.time()) + offset_seconds
+    last = _formatted_second[0]
+    if last[0] == second:
+        return last[1]
+    text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _formatted_second[0] = (second, text)
+    return text
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import hashlib
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -30,9 +31,17 @@ LOST_MESSAGE = "The container could not be located when the pod was terminated"
 PodKind = Literal["runner", "process", "plain"]
 
 
+_formatted_second: list[tuple[int, str]] = [(-1, "")]  # the last second formatted (timestamps are whole seconds)
+
+
 def now_rfc3339(now: float | None = None) -> str:
-    t = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+    second = int(time.time() if now is None else now)
+    last = _formatted_second[0]
+    if last[0] == second:
+        return last[1]
+    text = dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _formatted_second[0] = (second, text)
+    return text
 
 
 # --- which pods, which kind ---------------------------------------------------------------------

@@ -72,6 +72,10 @@ class NodeSimConfig(msgspec.Struct, kw_only=True):
     state_dir: str = ""  # per-pod volume dirs; default: a fresh temp dir
     runner_version: str = DEFAULT_RUNNER_VERSION
     request_timeout: float = 10.0
+    # A pod's start is reported in one status write: after the binding, the status waits for its
+    # first container to start (or to fail, or anything else worth reporting) at most this long
+    # (issue 10: scheduled, IP and running were up to three writes per pod in a burst).
+    start_status_delay: float = 1.0
     watch_timeout: int = 300
     node_labels: dict[str, str] = msgspec.field(default_factory=dict)
     # The Node object and its heartbeats (wherever the server serves nodes); see heartbeat.py.
@@ -120,6 +124,9 @@ class NodeSim(PodHandler):
         self._state_dir = Path(config.state_dir) if config.state_dir else None
         self._own_state_dir = False
         self.heartbeat: NodeHeartbeat | None = None
+        # One connection pool for every runner agent's calls to the Actions service (issue 10:
+        # a session and a new connection per runner); unlimited, as each runner long-polls.
+        self.runner_connector: aiohttp.TCPConnector | None = None
         self._namespaces = tuple(n.strip() for n in (config.namespace or "").split(",") if n.strip())
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -129,6 +136,7 @@ class NodeSim(PodHandler):
             self._state_dir = Path(tempfile.mkdtemp(prefix="runnerscale-node-sim-"))
             self._own_state_dir = True
         self.kube = await KubeRest.from_kubeconfig(self.config.kubeconfig, self.config.request_timeout)
+        self.runner_connector = aiohttp.TCPConnector(limit=0)
         log.info("node simulator starting", node=self.node_name, namespace=self.config.namespace or "*")
         try:
             async with anyio.create_task_group() as tg:
@@ -147,6 +155,7 @@ class NodeSim(PodHandler):
         finally:
             with anyio.CancelScope(shield=True):
                 await self.kube.close()
+                await self.runner_connector.close()
                 if self._own_state_dir:
                     shutil.rmtree(self._state_dir, ignore_errors=True)
 
@@ -301,6 +310,8 @@ class PodWorker:
         self.stopping = anyio.Event()
         self._changed = anyio.Event()
         self._dirty = anyio.Event()
+        self._start_reported = anyio.Event()  # the start's status may be written (see start_status_delay)
+        self._prefetched: dict[tuple[str, str], Obj | None] = {}  # read for the volumes, used by the first start
         self._write_lock = anyio.Lock()
         self.handles: dict[str, ContainerHandle] = {}
         self._tails: dict[str, deque[str]] = {}
@@ -333,8 +344,11 @@ class PodWorker:
         self.deleting.set()
         self._changed.set()
 
-    def mark(self) -> None:
-        """The runtime changed: the status syncer writes it."""
+    def mark(self, *, starting: bool = False) -> None:
+        """The runtime changed: the status syncer writes it. ``starting``: an ordinary step of the
+        pod's start (scheduled, IP, init containers), written with what follows it."""
+        if not starting:
+            self._start_reported.set()
         self._dirty.set()
 
     def _arm(self) -> anyio.Event:
@@ -472,7 +486,7 @@ class PodWorker:
             return False
         self.rt.scheduled_at = model.now_rfc3339()
         self.rt.unschedulable_reason = self.rt.unschedulable_message = ""
-        self.mark()
+        self.mark(starting=True)
         return True
 
     async def _read(self) -> Obj | None:
@@ -494,7 +508,7 @@ class PodWorker:
             # Process pods really listen on this host, so their IP is the host's (like hostNetwork).
             host_net = self.kind == "process" or model.spec(self.pod).get("hostNetwork")
             rt.pod_ip = rt.host_ip if host_net else model.pod_ip_for(rt.uid)
-        self.mark()
+        self.mark(starting=True)
         if not await self._setup_volumes():
             return
         if not rt.initialized:
@@ -506,7 +520,7 @@ class PodWorker:
                 if not ic.sidecar:
                     ic.set_terminated(0, "Completed", "", now)  # init containers are simulated: done at once
             rt.initialized = True
-            self.mark()
+            self.mark(starting=True)
         else:
             for ic in rt.init_containers:
                 if ic.sidecar and ic.state != "running":
@@ -527,6 +541,7 @@ class PodWorker:
         while not self.stopping.is_set():
             try:
                 objects = await self._fetch(referenced_objects(self.pod))
+                self._prefetched = objects
                 tokens = await self._service_account_tokens() if self.kind == "process" else None
                 files = volume_files(self.pod, objects, tokens)
             except MountError as exc:
@@ -676,9 +691,17 @@ class PodWorker:
 
     async def _prepare(self, c: ContainerRuntime, cspec: Obj, is_main: bool) -> _Prepared | None:
         """Resolve env (and, for a process, the command); CreateContainerConfigError until it works."""
+        # The first start uses what the volume setup read a moment ago (one read per object);
+        # a retry or a restart reads again.
+        prefetched, self._prefetched = self._prefetched, {}
         while not self.stopping.is_set():
             try:
-                objects = await self._fetch(_container_refs(self.pod, cspec))
+                refs = _container_refs(self.pod, cspec)
+                if prefetched and c.restart_count == 0 and refs <= prefetched.keys():
+                    objects = {ref: prefetched[ref] for ref in refs}
+                else:
+                    objects = await self._fetch(refs)
+                prefetched = {}
                 env = resolve_env(self.pod, cspec, objects, self.rt.pod_ip, self.rt.host_ip)
                 if is_main and self.kind == "runner" and not env.get(JIT_ENV):
                     raise ConfigError(f"{JIT_ENV} is empty")
@@ -726,7 +749,11 @@ class PodWorker:
         async def play(scope: anyio.CancelScope) -> None:
             try:
                 res = await run_runner(
-                    self.cfg.actions_url, jit, version=self.cfg.runner_version, request_timeout=self.cfg.request_timeout
+                    self.cfg.actions_url,
+                    jit,
+                    version=self.cfg.runner_version,
+                    request_timeout=self.cfg.request_timeout,
+                    connector=self.node.runner_connector,
                 )
                 outcome.append(
                     (
@@ -903,6 +930,10 @@ class PodWorker:
     async def _status_syncer(self) -> None:
         while not self.gone.is_set():
             await self._dirty.wait()
+            if not self._start_reported.is_set():
+                with anyio.move_on_after(self.cfg.start_status_delay):
+                    await self._start_reported.wait()
+                self._start_reported.set()  # held once: later changes are written as they come
             await self._flush()
 
     async def _flush(self) -> None:
