@@ -159,9 +159,10 @@ class RunnerSettings(msgspec.Struct, frozen=True, kw_only=True):
             " its own; until then both wait for the first phase that is not Pending (0 = at once)",
         ),
     ] = 15.0
-    # A JobCompleted whose EphemeralRunner does not show the job yet, or whose mark can ride on the
-    # runner's end-of-life metadata patch, is redelivered after this (at most twice; README
-    # "runner worker", job events).
+    # Job events whose write can ride on a write the runner makes anyway are redelivered after
+    # this (README "runner worker", job events): a JobStarted once (its fields go with the
+    # runner's next status write, typically Succeeded for a short job), a JobCompleted at most
+    # twice (its mark goes with the end-of-life metadata patch).
     job_event_defer: float = 3.0
     already_exists_requeue: float = 5.0  # pod create answered AlreadyExists (a deleting namesake)
     # A finished (Succeeded) runner is the runner-set worker's to delete once the listener has

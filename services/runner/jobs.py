@@ -13,6 +13,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from shared.api import EphemeralRunner, EphemeralRunnerStatus, finished
 from shared.api.constants import ANNOTATION_JOB_COMPLETED, LABEL_SCALE_SET_NAME
 from shared.bus.messages import JobCompleted, JobStarted
@@ -87,6 +89,15 @@ def job_status_patch(er: EphemeralRunner, event: JobEvent) -> JsonTree | None:
     if not changes:
         return None
     return {"status": changes}
+
+
+def with_job(er: EphemeralRunner, fields: JsonTree) -> EphemeralRunner:
+    """``er`` as it will read once the status patch ``{"status": fields}`` of
+    :func:`job_status_patch` is written: what the runner worker decides on while that write waits
+    to ride on the runner's next status write (README "runner worker", job events)."""
+    status = er.status if er.status is not None else EphemeralRunnerStatus()
+    filled = msgspec.structs.replace(status, **{_ATTR[k]: v for k, v in fields.items() if k in _ATTR})
+    return msgspec.structs.replace(er, status=filled)
 
 
 def conflicting_job(er: EphemeralRunner, event: JobEvent) -> bool:

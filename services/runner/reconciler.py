@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
+import msgspec
 
 from services.runner import build, decide, jobs
 from services.runner.decide import RunnerSettings
@@ -149,8 +150,10 @@ class RunnerReconciler:
         # Pending (--pending-status-after), by ER key, with the ER uid. Lost on a restart: the next
         # pass meets RunnerExists and takes the id from the JIT Secret (README "runner worker", step 6).
         self._unwritten_id: dict[ObjectKey, tuple[str, JsonTree]] = {}
-        # JobCompleted events this replica received and deferred (their mark rides on the runner's
-        # end-of-life metadata patch), by ER key; bounded, oldest dropped first.
+        # Job events this replica received and deferred, by ER key (bounded, oldest dropped
+        # first): JobStarted whose fields ride on the runner's next status write, JobCompleted whose
+        # mark rides on its end-of-life metadata patch (README "runner worker", job events).
+        self._started: dict[ObjectKey, JobStarted] = {}
         self._heard: dict[ObjectKey, JobCompleted] = {}
 
     @classmethod
@@ -283,6 +286,11 @@ class RunnerReconciler:
                 await self.events.warning(er, "InvalidPod", message)
                 return DONE
         er = await self._ensure_finalizers(er)
+        # A JobStarted this replica deferred: decided on as if written, and written with this
+        # pass's status patch, if it makes one.
+        job_fields = self._started_job(key, er)
+        if job_fields is not None:
+            er = jobs.with_job(er, job_fields)
         registered_now: JsonTree | None = None
         new_registration = False
         held = self._unwritten_id.get(key)
@@ -300,6 +308,8 @@ class RunnerReconciler:
                 secret = await self._ensure_secret(er)
                 registered_now = await self._runner_id_fields(er, secret)
                 new_registration = True
+        if job_fields is not None:
+            registered_now = {**(registered_now or {}), **job_fields}
         if decide.too_many_failures(er, self.settings):
             return await self._apply(er, None, decide.too_many_failures_decision(er, self.settings), registered_now)
         pod = self._cached_pod(key) if self._cached_pod is not None else None
@@ -474,8 +484,9 @@ class RunnerReconciler:
             self._unwritten_id[EPHEMERAL_RUNNERS.key_of(er)] = (er.metadata.uid, held)
 
     async def _write_runner_id(self, er: EphemeralRunner, fields: JsonTree | None) -> EphemeralRunner:
-        """Write the runner id on its own (a decision that writes no status of its own)."""
-        if fields is None:
+        """Write the runner id on its own (a decision that writes no status of its own), with the
+        fields of a deferred JobStarted if there are any; those alone wait for their redelivery."""
+        if fields is None or "runnerId" not in fields:
             return er
         return await self._patch_er_status(
             EPHEMERAL_RUNNERS.key_of(er),
@@ -637,13 +648,16 @@ class RunnerReconciler:
         if reason == "RunnerSucceeded":
             # Exit 0 after a job: the end-of-life metadata patch first, then Succeeded on its
             # answer (the runner-set deletes only finished runners: never between the two).
-            er = await self._release_finalizers(er, exited_0=True)
+            released = await self._release_finalizers(er, exited_0=True)
+            if released is not er:
+                er = _with_status(released, er)
         er = await self._patch_er_status(
             key,
             _merged(decide.finished_patch(reason, message, self.clock.now()), runner_id),
             resource_version=er.metadata.resource_version,
         )
         self._unwritten_id.pop(key, None)
+        self._started.pop(key, None)
         self.metrics.runners_deleted.labels(reason).inc()
         if reason in decide.FAILURE_DELETE_REASONS:
             self._count_failure(er, reason)
@@ -674,7 +688,21 @@ class RunnerReconciler:
         """Drop what is kept in memory for an ER that is gone or being deleted."""
         self._unwritten_jit.pop(key, None)
         self._unwritten_id.pop(key, None)
+        self._started.pop(key, None)
         self._heard.pop(key, None)
+
+    def _started_job(self, key: ObjectKey, er: EphemeralRunner) -> JsonTree | None:
+        """The status fields of a JobStarted this replica deferred for ``er``, None when there is
+        none or ``er`` shows them already (then it is forgotten)."""
+        event = self._started.get(key)
+        if event is None:
+            return None
+        patch = None if jobs.mismatch(er, event) is not None else jobs.job_status_patch(er, event)
+        if patch is None:
+            self._started.pop(key, None)
+            return None
+        fields: JsonTree = patch["status"]
+        return fields
 
     async def _release_if_abandoned(self, er: EphemeralRunner) -> Result:
         """A finished runner is the runner-set worker's to delete; one still here
@@ -890,11 +918,12 @@ class RunnerReconciler:
         """Record a job event on the matching ER's status; returns what happened (for metrics/tests).
 
         Idempotent: duplicates and out-of-order pairs converge to the same status. ``delivery``:
-        the bus delivery count; while it is at most ``JOB_EVENT_DEFERRALS``, a JobCompleted that
-        needs a write of its own is deferred instead (``shared.bus.Redeliver``, metric result
-        ``deferred``; README "runner worker", job events): one whose ER does not show the job yet
-        (its JobStarted is on the way), and one whose mark can ride on the runner's end-of-life
-        metadata patch. None (a direct call): never deferred.
+        the bus delivery count. An event whose write can ride on one the runner makes anyway is
+        deferred (``shared.bus.Redeliver``, metric result ``deferred``; README "runner worker",
+        job events): a JobStarted on its first delivery while the runner is active (its fields go
+        with the pass's next status write), a JobCompleted while ``delivery`` is at most
+        ``JOB_EVENT_DEFERRALS`` when its ER does not show the job yet or its mark can ride on the
+        runner's end-of-life metadata patch. None (a direct call): never deferred.
         """
         kind = "started" if isinstance(event, JobStarted) else "completed"
         try:
@@ -926,12 +955,24 @@ class RunnerReconciler:
                 **fields,
             )
             return "other_job"
+        if (
+            isinstance(event, JobStarted)
+            and delivery == 1
+            and jobs.job_status_patch(er, event) is not None
+            and _active(er)
+        ):
+            # Its fields ride on the runner's next status write (for a short job: Succeeded); the
+            # redelivery writes them if none came (README "runner worker", job events).
+            _remember(self._started, key, event)
+            raise Redeliver(self.settings.job_event_defer, "the job fields ride on the runner's next status write")
         if isinstance(event, JobCompleted) and self._may_defer(delivery):
-            if not (er.status is not None and er.status.has_job()):
+            started = self._started_job(key, er)
+            view = jobs.with_job(er, started) if started is not None else er
+            if not (view.status is not None and view.status.has_job()):
                 # The ER does not show the job yet: its JobStarted is on the way. Writing the job
                 # fields from here would cost a write that JobStarted makes anyway.
                 raise Redeliver(self.settings.job_event_defer, "the EphemeralRunner does not show the job yet")
-            if jobs.completion_patch(er, event) is not None:
+            if jobs.completion_patch(view, event) is not None:
                 # Remembered: the pass that sees the runner exit 0 folds the mark into its
                 # end-of-life metadata patch; the redelivery writes it if that did not happen.
                 _remember(self._heard, key, event)
@@ -940,6 +981,7 @@ class RunnerReconciler:
         patch = jobs.job_status_patch(er, event)
         if patch is not None:
             er = await self._patch_er_status(key, patch, resource_version=er.metadata.resource_version)
+            self._started.pop(key, None)
             written = True
         if isinstance(event, JobCompleted) and jobs.completion_patch(er, event) is not None:
             # The mark, with the finalizers when the runner already exited 0 (one patch).
@@ -954,15 +996,23 @@ class RunnerReconciler:
 # A JobCompleted is deferred on at most this many deliveries (the consumer's max_deliver is 5: the
 # rest stay for handler failures).
 JOB_EVENT_DEFERRALS = 2
-# Deferred JobCompleted events remembered (a few seconds' worth at any job rate).
-HEARD_COMPLETIONS = 10_000
+# Deferred job events remembered per kind (a few seconds' worth at any job rate).
+HEARD_EVENTS = 10_000
+
+E = TypeVar("E", JobStarted, JobCompleted)
 
 
-def _remember(memory: dict[ObjectKey, JobCompleted], key: ObjectKey, event: JobCompleted) -> None:
+def _remember(memory: dict[ObjectKey, E], key: ObjectKey, event: E) -> None:
     memory.pop(key, None)  # re-inserted last: eviction goes oldest first
     memory[key] = event
-    while len(memory) > HEARD_COMPLETIONS:
+    while len(memory) > HEARD_EVENTS:
         del memory[next(iter(memory))]
+
+
+def _active(er: EphemeralRunner) -> bool:
+    """Not being deleted and not done: the runner worker will still write its status."""
+    status = er.status or EphemeralRunnerStatus()
+    return not er.metadata.is_deleting and not status.is_done()
 
 
 def _rv_int(rv: Any) -> int | None:
@@ -970,6 +1020,12 @@ def _rv_int(rv: Any) -> int | None:
         return int(rv)
     except (TypeError, ValueError):
         return None
+
+
+def _with_status(er: EphemeralRunner, decided: EphemeralRunner) -> EphemeralRunner:
+    """``er`` (a write's answer) with the status the pass decided on (it may hold the fields of a
+    deferred JobStarted that the coming status patch writes)."""
+    return msgspec.structs.replace(er, status=decided.status)
 
 
 def _merged(patch: JsonTree, runner_id: JsonTree | None) -> JsonTree:

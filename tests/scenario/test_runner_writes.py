@@ -4,9 +4,9 @@ control plane) and NATS.
 - A runner pod that starts normally costs ONE status write for the runner id and its first phase
   that is not Pending; only a pod that stays Pending for ``--pending-status-after`` has Pending
   written (with the runner id) on its own.
-- A runner that exits 0 after its job ends with ONE metadata patch (the ``job-completed`` mark
-  it heard on the bus and both finalizers), written before Succeeded; its deletion then needs no
-  teardown pass.
+- A runner that exits 0 after a short job ends with ONE metadata patch (the ``job-completed``
+  mark it heard on the bus and both finalizers) and ONE status patch (the job fields of the
+  deferred JobStarted and Succeeded); its deletion then needs no teardown pass.
 - A JobCompleted that arrives before the EphemeralRunner shows its job is redelivered later
   (``shared.bus.Redeliver``) instead of writing the job fields a second time.
 """
@@ -157,38 +157,40 @@ async def test_a_pod_that_stays_pending_has_pending_written_with_the_runner_id_a
         ]
 
 
-async def test_exit_0_after_a_job_is_one_metadata_patch_with_mark_and_finalizers_then_succeeded(
+async def test_a_short_job_costs_one_status_and_one_metadata_patch_from_start_to_exit_0(
     env_with: EnvOf,
     bus: Bus,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """JobCompleted is deferred; the runner's exit 0 writes the end-of-life metadata patch (mark +
-    finalizers) and then Succeeded; the delete needs no teardown patch. The deferral is long here:
-    the exit, not a redelivery, writes the mark."""
+    """JobStarted and JobCompleted are deferred; the runner's exit 0 writes the end-of-life
+    metadata patch (mark + finalizers) and then ONE status patch (job fields + Succeeded); the
+    delete needs no teardown patch. The deferral is long here: the exit, not a redelivery, writes."""
     name = "er-exit0"
     async with _running_runner(env_with(job_event_defer=30.0), name, monkeypatch) as (env, er, writes):
+        events = env.reconciler.metrics.job_events
+        started_before = events.labels("started", "deferred")._value.get()
+        completed_before = events.labels("completed", "deferred")._value.get()
         started = _event(JobStarted, env, er)
         await bus.publish(started)
-        await wait_for(lambda: _job_recorded(env, name), what="JobStarted recorded")
-        deferred = env.reconciler.metrics.job_events.labels("completed", "deferred")
-        before = deferred._value.get()
+        await wait_for(lambda: events.labels("started", "deferred")._value.get() > started_before, what="deferred")
         completed = _event(JobCompleted, env, er, result="succeeded")
         await bus.publish(completed)
-        await wait_for(lambda: deferred._value.get() > before, what="JobCompleted deferred")
-        assert [k for k, _ in writes.items] == ["status"], writes.items  # the job fields; the mark waits
+        await wait_for(lambda: events.labels("completed", "deferred")._value.get() > completed_before, what="deferred")
+        assert writes.items == []  # both wait for the runner's end
         await env.terminate(name, 0, phase="Succeeded")
         done = await env.wait_finished(name, "RunnerSucceeded")
         assert done.status is not None and done.status.finished_at is not None
-        assert done.status.job_id == started.job_id
-        assert [k for k, _ in writes.items] == ["status", "merge", "status"], writes.items
+        assert done.status.job_id == started.job_id and done.status.job_display_name == started.job_display_name
+        assert [k for k, _ in writes.items] == ["merge", "status"], writes.items
         meta = writes.of("merge")[0]["metadata"]
         assert meta["finalizers"] == []
         assert meta["annotations"][ANNOTATION_JOB_COMPLETED].startswith(f"job={completed.job_key()};")
-        assert writes.of("status")[1]["status"]["phase"] == "Succeeded"  # after the metadata patch
+        assert writes.of("status")[0]["status"]["phase"] == "Succeeded"
+        assert writes.of("status")[0]["status"]["jobId"] == started.job_id
         # the runner worker releases it itself here (no runner-set; FAST.finished_release_after):
         # the delete needs no teardown patch
         await env.wait_gone(name)
-        assert [k for k, _ in writes.items] == ["status", "merge", "status"], writes.items
+        assert [k for k, _ in writes.items] == ["merge", "status"], writes.items
 
 
 async def test_job_completed_before_the_runner_shows_the_job_is_redelivered_not_written_twice(
@@ -214,7 +216,7 @@ async def test_job_completed_before_the_runner_shows_the_job_is_redelivered_not_
 
         cur = await wait_for(marked, timeout=20, what="the redelivered JobCompleted's mark")
         assert cur.status is not None and cur.status.job_id == completed.job_id
-        assert [k for k, _ in writes.items] == ["status", "merge"], writes.items  # JobStarted's fields, the mark
+        assert [k for k, _ in writes.items] == ["status", "merge"], writes.items  # the job's fields, the mark
         assert set(writes.of("merge")[0]["metadata"]) == {"annotations"}  # the runner is still up
 
 

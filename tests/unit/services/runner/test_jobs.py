@@ -171,3 +171,15 @@ def test_mismatches(runner: EphemeralRunner, event: jobs.JobEvent) -> None:
 
 def test_match_when_runner_id_not_yet_known() -> None:
     assert jobs.mismatch(er(status={}), ev()) is None
+
+
+def test_with_job_is_the_runner_as_the_job_patch_will_leave_it() -> None:
+    runner = er({"runnerId": 10, "phase": "Running"})
+    patch = jobs.job_status_patch(runner, ev(JobStarted))
+    assert patch is not None
+    seen = jobs.with_job(runner, patch["status"])
+    assert seen.status is not None and seen.status.has_job()
+    assert (seen.status.job_id, seen.status.job_request_id, seen.status.job_display_name) == ("j1", 100, "build")
+    assert seen.status.runner_id == 10 and seen.status.phase == "Running"
+    assert jobs.job_status_patch(seen, ev(JobStarted)) is None  # nothing left to write
+    assert runner.status is not None and not runner.status.has_job()  # the original is untouched
