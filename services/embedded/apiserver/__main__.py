@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 import sys
 
@@ -45,6 +46,7 @@ async def _serve(args: argparse.Namespace) -> int:
     for path in args.crds:
         emu.load_crds(path)
     url = await emu.start()
+    _tune_gc()
     emu.write_kubeconfig(args.kubeconfig_out, args.namespace)
     print(url, flush=True)
     stop = asyncio.Event()
@@ -55,6 +57,22 @@ async def _serve(args: argparse.Namespace) -> int:
     log.info("apiserver emulator stopping")
     await emu.stop()
     return 0
+
+
+#: The cyclic garbage collector's thresholds for the emulator process (Python's default: 700, 10, 10).
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def _tune_gc() -> None:
+    """The store keeps every object as a tree of dicts and lists: with Python's default thresholds
+    the cyclic collector ran every few requests and each full collection walked every stored
+    object (issue 10: about a tenth of the emulator's CPU in a burst of 1,000, though stored JSON
+    holds no cycles). What exists once the server is up is frozen out of collections, and
+    collections run after 50,000 net allocations instead of 700: the garbage cycles of requests
+    (futures, exceptions) are still collected."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def main(argv: list[str]) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import random
+from functools import lru_cache
 from typing import Any
 
 from shared.kube.names import (
@@ -40,8 +41,21 @@ def _name_causes(name: str, label_only: bool, field: str = "metadata.name", show
     return [Cause("FieldValueInvalid", invalid_value(shown or name, m), field) for m in check(name)]
 
 
+# Label keys and values, annotation keys and finalizers repeat across the objects of a fleet:
+# each distinct string is checked once (the checks are pure), not on every write.
+@lru_cache(maxsize=8192)
+def _qualified_name_errors(key: str) -> tuple[str, ...]:
+    return tuple(is_qualified_name(key))
+
+
+@lru_cache(maxsize=8192)
+def _label_value_errors(value: str) -> tuple[str, ...]:
+    return tuple(is_valid_label_value(value))
+
+
 def _qualified_key_causes(key: str, field: str) -> list[Cause]:
-    return [Cause("FieldValueInvalid", invalid_value(key, m), field) for m in is_qualified_name(key)]
+    errs = _qualified_name_errors(key)
+    return [Cause("FieldValueInvalid", invalid_value(key, m), field) for m in errs] if errs else []
 
 
 STANDARD_FINALIZERS = ("kubernetes", "orphan", "foregroundDeletion")
@@ -60,15 +74,17 @@ def metadata_causes(obj: Obj, label_only_name: bool, check_name: bool = True) ->
     labels = meta.get("labels") or {}
     if isinstance(labels, dict):
         for k, v in labels.items():
-            causes += _qualified_key_causes(k, "metadata.labels")
-            if isinstance(v, str):
-                causes += [
-                    Cause("FieldValueInvalid", invalid_value(v, m), "metadata.labels") for m in is_valid_label_value(v)
-                ]
+            if errs := _qualified_name_errors(k):
+                causes += [Cause("FieldValueInvalid", invalid_value(k, m), "metadata.labels") for m in errs]
+            if isinstance(v, str) and (errs := _label_value_errors(v)):
+                causes += [Cause("FieldValueInvalid", invalid_value(v, m), "metadata.labels") for m in errs]
     ann = meta.get("annotations") or {}
     if isinstance(ann, dict):
         for k in ann:
-            causes += _qualified_key_causes(k.lower(), "metadata.annotations")
+            if errs := _qualified_name_errors(k.lower()):
+                causes += [
+                    Cause("FieldValueInvalid", invalid_value(k.lower(), m), "metadata.annotations") for m in errs
+                ]
     refs = meta.get("ownerReferences") or []
     for i, ref in enumerate(refs):
         for f in ("apiVersion", "kind", "name", "uid"):

@@ -198,7 +198,7 @@ class Api:
             if causes:
                 raise errors.invalid(rt.group, rt.kind, meta.get("name", ""), causes)
         else:
-            out, pruned = prune_builtin(rt.group, rt.kind, obj)
+            out, pruned = prune_builtin(rt.group, rt.kind, obj, old)
         warnings = [f'unknown field "{p}"' for p in pruned]
         if pruned and field_validation == "Strict":
             raise errors.bad_request(

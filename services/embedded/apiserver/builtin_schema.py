@@ -56,15 +56,26 @@ def _shape(type_name: str) -> tuple[str, Any]:
     return ("leaf", None) if fields is None else ("model", fields)
 
 
-def _prune(value: Any, type_name: str, path: str, pruned: list[str]) -> Any:
+_ABSENT: Any = object()
+
+
+def _prune(value: Any, type_name: str, path: str, pruned: list[str], old: Any = _ABSENT) -> Any:
     # Called for every field of every built-in write: the type's shape is parsed once (cached),
-    # and a leaf value is kept without building its path.
+    # and a leaf value is kept without building its path. ``old`` is the same value in the stored
+    # object (on an update): a stored value holds no unknown field (it was pruned when written and
+    # built-in types never change), so a part equal to it is kept without walking it (issue 10: a
+    # status update re-walked the unchanged spec of every pod).
     shape, arg = _shape(type_name)
     if shape == "leaf":
         return value  # scalars, `object`, quantities, int-or-string, times
     if shape == "list":
         if isinstance(value, list) and _shape(arg)[0] != "leaf":
-            return [_prune(v, arg, f"{path}[{i}]", pruned) for i, v in enumerate(value)]
+            old_items: list[Any] = old if isinstance(old, list) else []
+            n = len(old_items)
+            return [
+                v if i < n and v is not old_items[i] and v == old_items[i] else _prune(v, arg, f"{path}[{i}]", pruned)
+                for i, v in enumerate(value)
+            ]
         return list(value) if isinstance(value, list) else value
     if shape == "dict":
         if isinstance(value, dict) and _shape(arg)[0] != "leaf":
@@ -73,6 +84,7 @@ def _prune(value: Any, type_name: str, path: str, pruned: list[str]) -> Any:
     if not isinstance(value, dict):
         return value
     fields: dict[str, str] = arg
+    old_fields: dict[str, Any] = old if isinstance(old, dict) else {}
     out = {}
     for k, v in value.items():
         t = fields.get(k)
@@ -81,17 +93,24 @@ def _prune(value: Any, type_name: str, path: str, pruned: list[str]) -> Any:
         elif _shape(t)[0] == "leaf":
             out[k] = v
         else:
-            out[k] = _prune(v, t, f"{path}.{k}" if path else k, pruned)
+            ov = old_fields.get(k, _ABSENT)
+            if ov is not _ABSENT and v is not ov and v == ov:
+                out[k] = v
+            else:
+                out[k] = _prune(v, t, f"{path}.{k}" if path else k, pruned, ov)
     return out
 
 
-def prune_builtin(group: str, kind: str, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``(object without unknown fields, pruned field paths)`` for a built-in kind."""
+def prune_builtin(
+    group: str, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """``(object without unknown fields, pruned field paths)`` for a built-in kind; ``old``, the
+    stored object on an update, spares walking the parts that did not change."""
     model = MODEL_FOR_KIND.get((group, kind))
     if model is None:
         return obj, []
     pruned: list[str] = []
-    return _prune(obj, model, "", pruned), pruned
+    return _prune(obj, model, "", pruned, _ABSENT if old is None else old), pruned
 
 
 def prune_object_meta(meta: dict[str, Any], pruned: list[str]) -> dict[str, Any]:

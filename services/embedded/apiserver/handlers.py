@@ -12,9 +12,9 @@ from aiohttp import web
 from . import discovery, errors, options, protobuf, watchlist
 from .api import parse_delete_options
 from .errors import ApiError
-from .resources import APPLY_PATCH
+from .resources import APPLY_PATCH, ResourceType
 from .selectors import parse_field_selector, parse_label_selector, parse_query_bool
-from .store import WatchFilter
+from .store import OBJECT_FORM, Obj, Store, WatchFilter
 from .watch import WatchRequest, serve_watch
 
 if TYPE_CHECKING:
@@ -80,7 +80,10 @@ def parse_request_info(method: str, path: str, query: Any, emu: Emulator) -> Req
 
 def json_response(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
     headers = {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
-    resp = web.Response(body=_enc.encode(body), status=status, headers=headers)
+    return _with_warnings(web.Response(body=_enc.encode(body), status=status, headers=headers), warnings)
+
+
+def _with_warnings(resp: web.Response, warnings: list[str] | None) -> web.Response:
     for w in warnings or []:
         resp.headers.add("Warning", '299 - "' + w.replace('"', '\\"') + '"')
     return resp
@@ -90,6 +93,14 @@ def raw_json_response(body: bytes, status: int = 200) -> web.Response:
     """``json_response`` for a body already encoded."""
     headers = {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
     return web.Response(body=body, status=status, headers=headers)
+
+
+def object_response(
+    store: Store, rt: ResourceType, obj: Obj, status: int = 200, warnings: list[str] | None = None
+) -> web.Response:
+    """``json_response(obj)`` for an object read or written: the stored version's JSON is encoded
+    once and shared by every read of it and by its watch events (issue 10: CPU per request)."""
+    return _with_warnings(raw_json_response(store.encoded(rt.key, OBJECT_FORM, obj, _enc.encode), status), warnings)
 
 
 def error_response(err: ApiError) -> web.Response:
@@ -138,7 +149,7 @@ def _decode_body(raw: bytes, content_type: str, kind: str = "") -> Any:
 _TYPE_SNIFF = 'struct { APIVersion string "json:\\"apiVersion,omitempty\\""; Kind string "json:\\"kind,omitempty\\"" }'
 
 
-async def _delete_options_body(request: web.Request) -> bytes:
+async def _delete_options_body(request: web.BaseRequest) -> bytes:
     """A DELETE's body as JSON: client-go and controller-runtime send DeleteOptions as protobuf
     for built-in kinds."""
     raw = await request.read()
@@ -160,7 +171,7 @@ def _encode_stripped(obj: dict[str, Any]) -> bytes:
     return _enc.encode(_strip_type_meta(obj))
 
 
-def _write_options(request: web.Request) -> tuple[bool, str]:
+def _write_options(request: web.BaseRequest) -> tuple[bool, str]:
     """``(dryRun, fieldValidation)`` of a write, checked before its body is read."""
     kind = options.OPTIONS_KIND.get(request.method, "CreateOptions")
     q = request.query
@@ -189,7 +200,7 @@ async def _await_resource_version(emu: Emulator, rv: int) -> None:
 
 
 async def handle_resource(
-    request: web.Request, info: RequestInfo, emu: Emulator, drop_after: int | None
+    request: web.BaseRequest, info: RequestInfo, emu: Emulator, drop_after: int | None
 ) -> web.StreamResponse:
     rt = emu.registry.lookup(info.group, info.version, info.plural)
     if rt is None:
@@ -286,7 +297,7 @@ async def handle_resource(
             body = _decode_body(raw, request.headers.get("Content-Type", ""), rt.kind)
             with api.dry_run(dry):
                 created = api.create(rt, info.namespace, body, fv, raw=raw)
-            return json_response(created.obj, created.code, created.warnings)
+            return object_response(api.store, rt, created.obj, created.code, created.warnings)
         if method == "DELETE":
             options.list_options(query)
             opts = parse_delete_options(await _delete_options_body(request), query)
@@ -308,14 +319,14 @@ async def handle_resource(
                     rt, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")}, include_object
                 )
             )
-        return json_response(obj)
+        return object_response(api.store, rt, obj)
     if method == "PUT":
         dry, fv = _write_options(request)
         raw = await request.read()
         body = _decode_body(raw, request.headers.get("Content-Type", ""), rt.kind)
         with api.dry_run(dry):
             written = api.update(rt, ns, info.name, body, info.subresource, fv, raw=raw)
-        return json_response(written.obj, written.code, written.warnings)
+        return object_response(api.store, rt, written.obj, written.code, written.warnings)
     if method == "PATCH":
         dry, fv = _write_options(request)
         ctype = request.headers.get("Content-Type", "")
@@ -332,7 +343,7 @@ async def handle_resource(
                 fv,
                 field_manager=query.get("fieldManager") or "",
             )
-        return json_response(written.obj, written.code, written.warnings)
+        return object_response(api.store, rt, written.obj, written.code, written.warnings)
     if method == "DELETE":
         if info.subresource:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")

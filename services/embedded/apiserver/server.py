@@ -7,14 +7,17 @@ import base64
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 import yaml
-from aiohttp import web
-from aiohttp.typedefs import Handler
+from aiohttp import hdrs, web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http import HttpVersion11, RawRequestMessage
+from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client import Counter as PromCounter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -97,6 +100,7 @@ class Emulator:
         self.controllers = Controllers(self.api, self.settings.gc_delay_seconds)
         self.open_watches: set[Watcher] = set()
         self.request_counts: Counter[tuple[str, str, str, str]] = Counter()
+        self._request_children: dict[tuple[tuple[str, str, str, str], int], Any] = {}
         self.metrics_registry = CollectorRegistry()
         self._requests = PromCounter(
             "apiserver_request",
@@ -110,7 +114,7 @@ class Emulator:
             "apiserver_resource_version", "Current global resourceVersion.", registry=self.metrics_registry
         )
         self._rv.set_function(lambda: self.store.rv)
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._gc_task: asyncio.Task[None] | None = None
         self._bootstrap()
 
@@ -134,15 +138,29 @@ class Emulator:
     def url(self) -> str:
         return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
-    def build_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        return app
+    def build_server(self) -> web.Server:
+        """aiohttp's low-level server: every path goes to one handler (issue 10: an Application's
+        router, which matched a catch-all route, and its middleware chain cost CPU per request)."""
+        loop = asyncio.get_running_loop()
+
+        def make_request(
+            message: RawRequestMessage,
+            payload: StreamReader,
+            protocol: RequestHandler,
+            writer: AbstractStreamWriter,
+            task: asyncio.Task[None],
+        ) -> web.BaseRequest:
+            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=64 * 1024 * 1024)
+
+        return web.Server(self._serve, request_factory=make_request, access_log=None, handler_cancellation=True)
+
+    async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.headers.get(hdrs.EXPECT):
+            await _expect_continue(request)
+        return await self._middleware(request, self._dispatch)
 
     async def start(self) -> str:
-        self._runner = web.AppRunner(
-            self.build_app(), access_log=None, handle_signals=False, shutdown_timeout=2.0, handler_cancellation=True
-        )
+        self._runner = web.ServerRunner(self.build_server(), handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
         ssl_context = server_context(self.tls) if self.tls is not None else None
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ssl_context)
@@ -232,8 +250,9 @@ class Emulator:
 
     # --- HTTP ----------------------------------------------------------------------------------
 
-    @web.middleware
-    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _middleware(
+        self, request: web.BaseRequest, handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         path = request.path
         if path.startswith("/_emulator/") or path in ("/metrics", "/healthz", "/livez", "/readyz"):
             return await handler(request)
@@ -282,9 +301,12 @@ class Emulator:
             if info.is_resource:
                 key = (info.verb, info.group, info.plural, info.subresource)
                 self.request_counts[key] += 1
-                self._requests.labels(info.verb, info.group, info.plural, info.subresource, str(status)).inc()
+                child = self._request_children.get((key, status))
+                if child is None:  # labels() per request costs a lock and a tuple of strings
+                    child = self._request_children[(key, status)] = self._requests.labels(*key, str(status))
+                child.inc()
 
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
@@ -307,7 +329,7 @@ class Emulator:
             return handle_discovery(path, self, f"{self.host}:{self.port}")
         raise errors.page_not_found()
 
-    async def _control(self, request: web.Request, path: str) -> web.Response:
+    async def _control(self, request: web.BaseRequest, path: str) -> web.Response:
         """The ``/_emulator/`` control endpoint (fault rules, compaction, watch cuts, settings)."""
         m = request.method
         try:
@@ -468,3 +490,15 @@ class BackgroundEmulator:
 
 async def _as_coro(fn: Callable[[], T]) -> T:
     return fn()
+
+
+async def _expect_continue(request: web.BaseRequest) -> None:
+    """aiohttp's default ``Expect`` handling (its router did this before the handler ran):
+    ``100-continue`` is answered at once, any other expectation is a 417."""
+    expect = request.headers.get(hdrs.EXPECT, "")
+    if request.version == HttpVersion11:
+        if expect.lower() == "100-continue":
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the main body has not started
+        else:
+            raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")

@@ -28,6 +28,10 @@ def storage_key(key: ObjKey) -> str:
     return f"{key[0]}/{key[1]}"
 
 
+#: The ``encoded`` form of an object sent as it is stored (a read's or write's response body, and a
+#: watch event's object when it carries its kind and apiVersion): the same bytes for both.
+OBJECT_FORM = "object"
+
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
 
@@ -139,12 +143,18 @@ class Store:
         self.rv = 1  # a fresh etcd starts above zero; "0" means "any" to clients
         self.objects: dict[str, dict[ObjKey, Obj]] = {}
         self._sorted_keys: dict[str, list[ObjKey]] = {}  # per resource; dropped on create/delete
+        # Names per (resource, namespace), so a namespace's list or watch walks that namespace only;
+        # their sorted keys are cached like _sorted_keys, dropped on a create/delete in the namespace.
+        self._names_in_ns: dict[tuple[str, str], set[str]] = {}
+        self._sorted_ns_keys: dict[tuple[str, str], list[ObjKey]] = {}
         # Encoded forms of stored objects, per (resource, form): computed once per stored version
         # (stored objects are immutable), so a list or a watch costs what it sends, not a re-encode.
         self._encoded: dict[tuple[str, str], dict[ObjKey, tuple[Obj, bytes]]] = {}
         self.log: deque[Event] = deque(maxlen=history)
         self.compacted_rv = 0  # events with rv <= this are no longer replayable
         self.watchers: set[Watcher] = set()
+        # The same watchers by resource: a commit is offered only to its resource's watchers.
+        self._watchers_by_resource: dict[str, set[Watcher]] = {}
         self.on_commit: list[Callable[[Event], None]] = []
         self.max_pending_per_watch = max_pending_per_watch
         # Watch windows per resource: an event stays replayable while it is younger than
@@ -161,13 +171,19 @@ class Store:
 
     def items(self, resource: str, namespace: str | None = None) -> list[Obj]:
         """Objects of one resource (optionally one namespace) in key order (namespace, name)."""
-        bucket = self.objects.get(resource, {})
-        keys = self._sorted_keys.get(resource)
-        if keys is None:
-            keys = self._sorted_keys[resource] = sorted(bucket, key=storage_key)
         if namespace is None:
+            bucket = self.objects.get(resource, {})
+            keys = self._sorted_keys.get(resource)
+            if keys is None:
+                keys = self._sorted_keys[resource] = sorted(bucket, key=storage_key)
             return [bucket[k] for k in keys]
-        return [bucket[k] for k in keys if k[0] == namespace]
+        # One namespace: storage order within it is name order.
+        slot = (resource, namespace)
+        keys = self._sorted_ns_keys.get(slot)
+        if keys is None:
+            keys = self._sorted_ns_keys[slot] = [(namespace, n) for n in sorted(self._names_in_ns.get(slot, ()))]
+        bucket = self.objects.get(resource, {})
+        return [bucket[k] for k in keys]
 
     def encoded(self, resource: str, form: str, obj: Obj, encode: Callable[[Obj], bytes]) -> bytes:
         """``encode(obj)``, cached while ``obj`` is the stored version of its key. ``form`` names
@@ -236,6 +252,18 @@ class Store:
         bound = window.oldest_start() if window is not None else 0
         return max(bound, self.oldest_replayable())
 
+    def add_watcher(self, watcher: Watcher) -> None:
+        self.watchers.add(watcher)
+        self._watchers_by_resource.setdefault(watcher.filter.resource, set()).add(watcher)
+
+    def remove_watcher(self, watcher: Watcher) -> None:
+        self.watchers.discard(watcher)
+        same = self._watchers_by_resource.get(watcher.filter.resource)
+        if same is not None:
+            same.discard(watcher)
+            if not same:
+                del self._watchers_by_resource[watcher.filter.resource]
+
     # --- writes --------------------------------------------------------------------------
 
     def _commit(self, type_: str, resource: str, namespace: str, name: str, obj: Obj, prev: Obj | None) -> Event:
@@ -257,17 +285,24 @@ class Store:
             for rv, reached in self._rv_waiters:
                 if rv <= self.rv:
                     reached.set()
-        for w in list(self.watchers):
-            w.offer(ev)
+        watchers = self._watchers_by_resource.get(resource)
+        if watchers:
+            for w in list(watchers):
+                w.offer(ev)
         for hook in self.on_commit:
             hook(ev)
         return ev
+
+    def _keys_changed(self, resource: str, namespace: str) -> None:
+        self._sorted_keys.pop(resource, None)
+        self._sorted_ns_keys.pop((resource, namespace), None)
 
     def put_new(self, resource: str, obj: Obj) -> Event:
         meta = obj["metadata"]
         ns, name = meta.get("namespace", ""), meta["name"]
         self.objects.setdefault(resource, {})[(ns, name)] = obj
-        self._sorted_keys.pop(resource, None)
+        self._keys_changed(resource, ns)
+        self._names_in_ns.setdefault((resource, ns), set()).add(name)
         return self._commit("ADDED", resource, ns, name, obj, None)
 
     def replace(self, resource: str, obj: Obj) -> Event:
@@ -281,7 +316,12 @@ class Store:
     def remove(self, resource: str, namespace: str, name: str) -> Event:
         bucket = self.objects.get(resource, {})
         prev = bucket.pop((namespace, name))
-        self._sorted_keys.pop(resource, None)
+        self._keys_changed(resource, namespace)
+        names = self._names_in_ns.get((resource, namespace))
+        if names is not None:
+            names.discard(name)
+            if not names:
+                del self._names_in_ns[(resource, namespace)]
         for (res, _), cache in self._encoded.items():
             if res == resource:
                 cache.pop((namespace, name), None)

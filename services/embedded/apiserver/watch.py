@@ -21,7 +21,7 @@ from aiohttp import web
 from . import discovery, watchlist
 from .errors import ApiError
 from .resources import ResourceType
-from .store import Event, Obj, Store, Watcher, WatchFilter
+from .store import OBJECT_FORM, Event, Obj, Store, Watcher, WatchFilter
 
 if TYPE_CHECKING:
     from .server import Emulator
@@ -48,7 +48,7 @@ def _status_event(err: ApiError) -> bytes:
 
 
 async def serve_watch(
-    request: web.Request, emu: Emulator, wr: WatchRequest, drop_after: int | None
+    request: web.BaseRequest, emu: Emulator, wr: WatchRequest, drop_after: int | None
 ) -> web.StreamResponse:
     store = emu.store
     rt = wr.rt
@@ -85,7 +85,7 @@ async def serve_watch(
         watcher.after_rv = start  # a future RV: nothing is sent until the store gets past it
         for ev in store.events_after(start):
             watcher.offer(ev)
-    store.watchers.add(watcher)
+    store.add_watcher(watcher)
     emu.open_watches.add(watcher)
     if watcher.pending:
         watcher.wakeup.set()
@@ -120,7 +120,9 @@ async def serve_watch(
                 watcher.wakeup.clear()
                 # Wake at least every 5 s to notice a client that disconnected.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(watcher.wakeup.wait(), timeout=min(max(wait, 0.001), 5.0))
+                    # asyncio.timeout, not wait_for: no task per wait (issue 10: CPU per event).
+                    async with asyncio.timeout(min(max(wait, 0.001), 5.0)):
+                        await watcher.wakeup.wait()
                 continue
             ev = watcher.pending[0]
             lag = emu.settings.watch_lag_seconds
@@ -143,7 +145,7 @@ async def serve_watch(
     except ConnectionResetError:
         return resp  # the client went away mid-write
     finally:
-        store.watchers.discard(watcher)
+        store.remove_watcher(watcher)
         emu.open_watches.discard(watcher)
     with contextlib.suppress(ConnectionResetError, RuntimeError):
         await resp.write_eof()
@@ -185,7 +187,7 @@ async def _stream_caught_up(resp: web.StreamResponse, store: Store, start: int) 
     return False
 
 
-def _abort(request: web.Request) -> None:
+def _abort(request: web.BaseRequest) -> None:
     """Cut the connection without ending the chunked body: the client sees a broken stream."""
     if request.transport is not None:
         request.transport.close()
@@ -199,7 +201,12 @@ async def _write_bookmark(resp: web.StreamResponse, rt: ResourceType, rv: int) -
 def _encode_event(ev: Event, wr: WatchRequest, store: Store | None = None) -> bytes:
     if store is not None and not wr.table and ev.type in ("ADDED", "MODIFIED"):
         # The stored version's encoding is shared by every watcher (and computed once).
-        body = store.encoded(wr.rt.key, f"watch-object {wr.rt.api_version}", ev.obj, lambda o: _encode_with_type(o, wr))
+        if "kind" in ev.obj and "apiVersion" in ev.obj:  # as the write's response sent it: encoded once
+            body = store.encoded(wr.rt.key, OBJECT_FORM, ev.obj, _enc.encode)
+        else:
+            body = store.encoded(
+                wr.rt.key, f"watch-object {wr.rt.api_version}", ev.obj, lambda o: _encode_with_type(o, wr)
+            )
         return b'{"type":"' + ev.type.encode() + b'","object":' + body + b"}\n"
     obj: Obj | dict[str, Any] = ev.obj
     if "kind" not in obj or "apiVersion" not in obj:
