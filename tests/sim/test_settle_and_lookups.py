@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import anyio
 import jwt
 import pytest
 
@@ -196,3 +197,37 @@ def test_indexed_statistics_deadlines_and_dispatch_match_a_full_walk(mode: str, 
         idle = [r for r in world.runners.values() if r.status == "idle"]
         waiting = [j for j in jobs if j.state == "assigned" and j.runner_id is None]
         assert not (idle and waiting)
+
+
+@pytest.mark.anyio
+async def test_a_runner_change_wakes_only_that_runners_job_poll() -> None:
+    """A job long-poll waits on its runner's own event (issue 10): a job handed to one runner
+    wakes that runner's poll, not every waiting runner's; a control call wakes them all."""
+    sim = Simulator(SimConfig(app_private_key_pem=_app_key_pem()))
+    tenant = sim.world.tenant_for(ScopeRef("org", sim.config.seed.orgs[0]))
+    scale_set = sim.world.create_scale_set(tenant.id, wire.ScaleSetRequest(name="linux"), now=sim.now())
+    first, second = (
+        sim.world.register_runner(tenant.id, scale_set.id, name, f"token-{name}", now=sim.now())
+        for name in ("first", "second")
+    )
+    for runner in (first, second):
+        assert sim.world.runner_connect(runner, "2.330.0")
+    sim.settle()
+    woken: list[str] = []
+
+    async def poll(runner: RunnerRecord) -> None:
+        await sim.wait_for_runner(runner.id, 30.0)
+        woken.append(runner.name)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(poll, first)
+        tg.start_soon(poll, second)
+        await anyio.wait_all_tasks_blocked()
+        sim.world.enqueue_jobs(JobSpec(count=1, labels=["linux"]), now=sim.now())
+        sim.settle()  # the job goes to the first idle runner
+        await anyio.wait_all_tasks_blocked()
+        assert sim.world.runner_job(first) is not None
+        assert woken == ["first"]
+        sim.settle(force=True)
+        await anyio.wait_all_tasks_blocked()
+        assert woken == ["first", "second"]

@@ -98,6 +98,10 @@ class Simulator:
         self.registration_tokens: dict[str, tuple[ScopeRef, float]] = {}
         self._changed = anyio.Event()
         self._seen_generation = -1
+        # Job long-polls of runners wait on their runner's own event, set when the world reports
+        # that runner changed (or on a control call): a change wakes the runners it concerns, not
+        # every waiting runner (issue 10: O(waiting runners) wake-ups per change).
+        self._runner_events: dict[int, anyio.Event] = {}
         # What the last full settle saw: the world's generation and its next deadline. Settling
         # again before either moves changes nothing (issue 10: a settle walks every open job, and
         # every request settled, O(N²) in a burst).
@@ -130,6 +134,14 @@ class Simulator:
             self._seen_generation = self.world.generation
             self._changed.set()
             self._changed = anyio.Event()
+        changed = self.world.changed_runners
+        if force:
+            changed.update(self._runner_events)
+        for runner_id in changed:
+            event = self._runner_events.pop(runner_id, None)
+            if event is not None:
+                event.set()
+        changed.clear()
 
     def _settle_soon(self) -> None:
         """Settle once the requests handled in this turn of the event loop are done: callbacks run
@@ -145,6 +157,14 @@ class Simulator:
 
     async def wait_for_change(self, timeout: float) -> None:
         event = self._changed
+        with anyio.move_on_after(max(timeout, 0.0)):
+            await event.wait()
+
+    async def wait_for_runner(self, runner_id: int, timeout: float) -> None:
+        """Until the world reports a change of this runner (or a control call), at most ``timeout``."""
+        event = self._runner_events.get(runner_id)
+        if event is None:
+            event = self._runner_events[runner_id] = anyio.Event()
         with anyio.move_on_after(max(timeout, 0.0)):
             await event.wait()
 
@@ -623,7 +643,7 @@ class Simulator:
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 return web.Response(status=204)
-            await self.wait_for_change(remaining)
+            await self.wait_for_runner(runner.id, remaining)
 
     async def runner_job_started(self, request: web.Request) -> web.Response:
         runner = self.runner_from_token(request)

@@ -272,6 +272,9 @@ class World:
         # Per scale set: registered and busy runner counts, and the idle runners by id.
         self._runner_counts: dict[int, list[int]] = {}
         self._idle: dict[int, dict[int, RunnerRecord]] = {}
+        # Runners whose status, job or registration changed since the shell last looked: it wakes
+        # only their job long-polls, not every runner's (issue 10).
+        self.changed_runners: set[int] = set()
         # Lookup hints by token and by (tenant, name), checked against ``runners`` on every use (a
         # removed runner's entry is stale, never trusted): runner-side calls and registrations no
         # longer scan every runner (issue 10).
@@ -326,6 +329,7 @@ class World:
     def _runner_out(self, runner: RunnerRecord) -> None:
         if self.runners.get(runner.id) is not runner:
             return
+        self.changed_runners.add(runner.id)
         counts = self._runner_counts[runner.scale_set_id]
         counts[0] -= 1
         if runner.job_id:
