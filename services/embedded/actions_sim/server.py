@@ -107,6 +107,10 @@ class Simulator:
         # every request settled, O(N²) in a burst).
         self._settled_generation = -1
         self._settle_due = 0.0
+        # The timer task sleeps until the settle deadline it last saw; it is woken only when the
+        # deadline comes earlier (issue 10: it woke, and settled, on every change of the world).
+        self._timer_due = float("inf")
+        self._due_moved = anyio.Event()
         self._settle_scheduled = False
         # Defence in depth: the simulator never logs credentials. Tokens it mints are not
         # registered (the process-wide secret set would grow with every runner).
@@ -129,7 +133,9 @@ class Simulator:
         self.world.settle(now=now)
         self._settled_generation = self.world.generation
         deadline = self.world.next_deadline()
-        self._settle_due = float("inf") if deadline is None else deadline
+        self._lower_due(float("inf") if deadline is None else deadline, replace=True)
+        if force:
+            self._due_moved.set()  # the clock or the settings may have moved: the timer looks again
         if self.world.generation != self._seen_generation:
             self._seen_generation = self.world.generation
             self._changed.set()
@@ -142,6 +148,13 @@ class Simulator:
             if event is not None:
                 event.set()
         changed.clear()
+
+    def _lower_due(self, due: float, *, replace: bool = False) -> None:
+        """A new settle deadline (``replace``: the world's next one, else an earlier candidate);
+        wakes the timer task when it comes before what the task sleeps until."""
+        self._settle_due = due if replace else min(self._settle_due, due)
+        if self._settle_due < self._timer_due:
+            self._due_moved.set()
 
     def _settle_soon(self) -> None:
         """Settle once the requests handled in this turn of the event loop are done: callbacks run
@@ -169,11 +182,14 @@ class Simulator:
             await event.wait()
 
     async def run_timers(self) -> None:
-        """Settle at the world's next deadline (assignment timeouts, session expiry) or on change."""
+        """Settle at the world's next deadline (assignment timeouts, session expiry); woken early
+        when a settle finds an earlier deadline or after a control call."""
         while True:
             self.settle()
             wait = min(max(self._settle_due - self.now(), 0.01), 5.0)
-            await self.wait_for_change(wait)
+            self._timer_due, self._due_moved = self.now() + wait, anyio.Event()
+            with anyio.move_on_after(wait):
+                await self._due_moved.wait()
 
     def reset(self) -> None:
         self.world.settings = msgspec.structs.replace(self.config.settings)
@@ -544,7 +560,7 @@ class Simulator:
             session.polls_in_flight -= 1
             session.last_active = self.now()
             if session.polls_in_flight == 0:  # its idle expiry counts again: a deadline the generation does not record
-                self._settle_due = min(self._settle_due, session.last_active + self.world.settings.session_idle_timeout)
+                self._lower_due(session.last_active + self.world.settings.session_idle_timeout)
 
     async def delete_message(self, request: web.Request) -> web.Response:
         session = self.queue_session(request)
