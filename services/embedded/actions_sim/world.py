@@ -11,6 +11,7 @@ Assumptions where the real service is not observable (research §9) are marked "
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import uuid
@@ -112,6 +113,7 @@ def is_outdated(version: str, minimum: str) -> bool:
     return have is None or have < need
 
 
+@functools.lru_cache(maxsize=4096)  # the jobs of a burst share their times (issue 10: 4 per event)
 def rfc3339(t: float | None) -> str:
     """.NET-style time with 7 fractional digits, as the service sends; ZERO_TIME when unset."""
     if t is None:
