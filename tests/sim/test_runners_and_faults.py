@@ -391,3 +391,34 @@ async def test_settings_are_validated(actions_sim: ActionsSim) -> None:
         await actions_sim.control.configure(mode="enterprise-ish")
     assert "mode" in err.value.text
     assert (await actions_sim.control.settings()).poll_wait == 1.0
+
+
+async def test_connect_answers_the_job_already_waiting_and_the_runner_skips_its_poll(service: Service) -> None:
+    """Issue 10: a runner that connects while a job waits for an idle runner gets it in the connect
+    answer (as the job poll would answer it) and makes no job poll; without a waiting job the
+    answer carries none and the runner polls."""
+    ss = await service.create_scale_set()
+    [job] = await service.sim.control.enqueue_jobs(labels=["linux"])
+    jit = (await service.jit(ss["id"], "eager")).json()
+    token_headers = {"Authorization": "Bearer " + _runner_token(jit["encodedJITConfig"])}
+    async with (
+        aiohttp.ClientSession(headers=token_headers) as http,
+        http.post(service.sim.url + "/_runner/connect", json={"version": "2.330.0"}) as resp,
+    ):
+        assert resp.status == 200
+        body = await resp.json()
+    assert body["job"]["job_id"] == job.job_id
+    await service.sim.control.clear_requests()
+    with anyio.fail_after(10):
+        outcome = await run_runner(service.sim.url, jit["encodedJITConfig"])
+    assert outcome.job_id == job.job_id and outcome.reason == "completed"
+    endpoints = [r.endpoint for r in await service.sim.control.requests()]
+    assert "runner_job" not in endpoints and "runner_job_started" in endpoints
+
+    idle = (await service.jit(ss["id"], "idle")).json()
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": "Bearer " + _runner_token(idle["encodedJITConfig"])}) as http,
+        http.post(service.sim.url + "/_runner/connect", json={"version": "2.330.0"}) as resp,
+    ):
+        assert resp.status == 200
+        assert "job" not in await resp.json()

@@ -625,8 +625,15 @@ class Simulator:
                 ),
                 403,
             )
+        self.settle()  # a job waiting for an idle runner goes to this one now, in this answer
+        job = self.world.runner_job(runner)
         return _json(
-            views.RunnerConnected(runner_id=runner.id, runner_name=runner.name, scale_set_id=runner.scale_set_id)
+            views.RunnerConnected(
+                runner_id=runner.id,
+                runner_name=runner.name,
+                scale_set_id=runner.scale_set_id,
+                job=_runner_job_view(job) if job is not None else None,
+            )
         )
 
     async def runner_job(self, request: web.Request) -> web.Response:
@@ -646,16 +653,7 @@ class Simulator:
                 )
             job = self.world.runner_job(runner)
             if job is not None:
-                return _json(
-                    views.RunnerJob(
-                        job_id=job.job_id,
-                        runner_request_id=job.runner_request_id,
-                        duration=job.duration,
-                        result=job.result,
-                        repository=f"{job.owner}/{job.repository}",
-                        workflow_ref=job.workflow_ref,
-                    )
-                )
+                return _json(_runner_job_view(job))
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 return web.Response(status=204)
@@ -1035,6 +1033,17 @@ def _fault_response(rule: views.FaultRule) -> web.Response:
             wire.service_error(exception_name("InjectedFaultException"), f"injected fault: HTTP {rule.status}")
         )
     return web.Response(status=rule.status, body=body or None, headers=headers)
+
+
+def _runner_job_view(job: Any) -> views.RunnerJob:
+    return views.RunnerJob(
+        job_id=job.job_id,
+        runner_request_id=job.runner_request_id,
+        duration=job.duration,
+        result=job.result,
+        repository=f"{job.owner}/{job.repository}",
+        workflow_ref=job.workflow_ref,
+    )
 
 
 def _safe_headers(request: web.Request) -> dict[str, str]:
