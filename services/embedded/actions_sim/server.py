@@ -1035,15 +1035,13 @@ def _fault_response(rule: views.FaultRule) -> web.Response:
     return web.Response(status=rule.status, body=body or None, headers=headers)
 
 
+_RUNNER_JOB_FIELDS = ("job_id", "runner_request_id", "duration", "result", "workflow_ref")
+
+
 def _runner_job_view(job: Any) -> views.RunnerJob:
-    return views.RunnerJob(
-        job_id=job.job_id,
-        runner_request_id=job.runner_request_id,
-        duration=job.duration,
-        result=job.result,
-        repository=f"{job.owner}/{job.repository}",
-        workflow_ref=job.workflow_ref,
-    )
+    """What a runner is told of its job (the job poll's answer, and the connect answer's job)."""
+    fields = {name: getattr(job, name) for name in _RUNNER_JOB_FIELDS}
+    return views.RunnerJob(repository=f"{job.owner}/{job.repository}", **fields)
 
 
 def _safe_headers(request: web.Request) -> dict[str, str]:
