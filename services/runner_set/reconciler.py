@@ -104,6 +104,7 @@ class RunnerSetReconciler:
         metrics: RunnerSetMetrics | None = None,
         clock: Clock = SYSTEM_CLOCK,
         runners_cache: Sequence[Informer[EphemeralRunner]] = (),
+        sets_cache: Sequence[Informer[EphemeralRunnerSet]] = (),
         expectations_timeout: float = xp.TIMEOUT,
     ) -> None:
         self.reader = reader
@@ -124,6 +125,11 @@ class RunnerSetReconciler:
         self.completed: dict[ObjectKey, JobCompleted] = {}
         # Runners come from these informers (README "runner-set worker"); none: every pass lists them.
         self.runners_cache = list(runners_cache)
+        # Sets from these informers for a pass that writes nothing (``_quiet_pass``); ``seen_rv``:
+        # the newest resourceVersion of each set this replica read or wrote (a cached copy older
+        # than that is not used). None: every pass GETs its set.
+        self.sets_cache = list(sets_cache)
+        self.seen_rv: dict[ObjectKey, int] = {}
         self.expectations_timeout = expectations_timeout
         self.expectations: dict[ObjectKey, xp.Expectations] = {}
         self.cache_trusted: set[ObjectKey] = set()  # keys read through the API since gaining them
@@ -145,6 +151,7 @@ class RunnerSetReconciler:
             policy,
             metrics=RunnerSetMetrics(ctx.registry),
             runners_cache=ctx.informers(EPHEMERAL_RUNNERS),
+            sets_cache=ctx.informers(EPHEMERAL_RUNNER_SETS),
         )
 
     # --- bus and shard hooks ---------------------------------------------------------------------
@@ -209,7 +216,12 @@ class RunnerSetReconciler:
         ready = self.next_pass.get(key, 0.0) - anyio.current_time()
         if ready > 0:
             return Result(requeue_after=ready)
+        if ctx.attempt <= 1:
+            quiet = self._quiet_pass(key)
+            if quiet is not None:
+                return quiet
         ers = await self.reader.get_or_none(EPHEMERAL_RUNNER_SETS, key)
+        self._saw(key, ers)
         if ers is None:
             self.next_pass.pop(key, None)
             self.metrics.forget(key)
@@ -228,12 +240,13 @@ class RunnerSetReconciler:
         finalizers = adopt.live_finalizers(ers.metadata.finalizers)  # ours, in place of ARC 0.12-0.14's
         if finalizers is not None:
             # Added alone, before any runner exists: the pass ends with it (README "Worker runtime").
-            await self.writer.patch_merge(
+            written = await self.writer.patch_merge(
                 EPHEMERAL_RUNNER_SETS,
                 key,
                 {"metadata": {"finalizers": finalizers}},
                 resource_version=ers.metadata.resource_version,
             )
+            self._saw(key, written)
             return NEXT_PASS
         problems = validate(ers)
         if problems:
@@ -288,6 +301,76 @@ class RunnerSetReconciler:
         self.metrics.set_budget(ers, p.budget, now)
         first = [retry.requeue_after] if retry is not None else [SAFETY_REQUEUE if p.requeue else None]
         after = [r for r in (*first, p.requeue_after) if r is not None]
+        return Result(requeue_after=max(0.0, min(after))) if after else DONE
+
+    def _saw(self, key: ObjectKey, ers: EphemeralRunnerSet | None) -> None:
+        """Remember the resourceVersion of a set read from or written to the server (None: gone)."""
+        if ers is None:
+            self.seen_rv.pop(key, None)
+            return
+        rv = _rv_int(ers.metadata.resource_version)
+        if rv is not None and rv > self.seen_rv.get(key, -1):
+            self.seen_rv[key] = rv
+
+    def _cached_set(self, key: ObjectKey) -> EphemeralRunnerSet | None:
+        """The set from the informers (a shared object: read-only), unless it is older than what
+        this replica has read or written of it."""
+        for informer in self.sets_cache:
+            if informer.namespace in (None, key.namespace):
+                ers = informer.get_cached(key, copy=False)
+                if ers is not None:
+                    rv = _rv_int(ers.metadata.resource_version)
+                    return ers if rv is not None and rv >= self.seen_rv.get(key, -1) else None
+        return None
+
+    def _quiet_pass(self, key: ObjectKey) -> Result | None:
+        """The pass decided on the cached set and runners, when it writes nothing: its Result, and
+        no GET of the set (README "runner-set worker", reads from the cache). None when anything
+        may be written, read or published (a desired state to apply, finalizers, a proxy Secret,
+        expectations expired, a plan the seeds decide on authoritative reads, any action or status
+        write): the pass then runs from an authoritative GET of the set, as always. A cache that
+        lags can only delay a pass here: the change it lacks wakes the set again once it arrives."""
+        if (
+            not self.sets_cache
+            or not self.runners_cache
+            or key not in self.seeded
+            or key in self.desired
+            or key not in self.cache_trusted
+        ):
+            return None
+        ers = self._cached_set(key)
+        if (
+            ers is None
+            or ers.metadata.is_deleting
+            or adopt.live_finalizers(ers.metadata.finalizers) is not None
+            or ers.spec.ephemeral_runner_spec.proxy is not None
+            or validate(ers)
+        ):
+            return None
+        started = time.perf_counter()
+        cached = self._cached_runners(ers)
+        e = self.expectations.get(key, xp.NONE)
+        if e.pending:
+            e = xp.settle(e, _uids(cached))
+            self._store_expectations(key, e)
+        verdict, left = xp.check(e, anyio.current_time(), self.expectations_timeout)
+        if verdict is xp.Verdict.EXPIRED:
+            return None
+        if verdict is xp.Verdict.PENDING:
+            self._space(key, started)
+            return Result(requeue_after=left)
+        b = decide.bucket_runners(cached)
+        now = self.clock.now()
+        p = decide.plan(ers, b, now, self.policy, self._heard(b))
+        self._space(key, started)
+        if _needs_authoritative(p):
+            return None
+        p = self._coalesce_status(key, p)
+        if not _writes_nothing(p):
+            return None
+        self.metrics.set(key, ers, b)
+        self.metrics.set_budget(ers, p.budget, now)
+        after = [r for r in (SAFETY_REQUEUE if p.requeue else None, p.requeue_after) if r is not None]
         return Result(requeue_after=max(0.0, min(after))) if after else DONE
 
     async def _runners(self, ers: EphemeralRunnerSet) -> list[EphemeralRunner]:
@@ -416,6 +499,7 @@ class RunnerSetReconciler:
         updated = await self.writer.patch_merge(
             EPHEMERAL_RUNNER_SETS, key, patch, resource_version=ers.metadata.resource_version
         )
+        self._saw(key, updated)
         log.info(
             "desired state applied",
             namespace=key.namespace,
@@ -497,6 +581,7 @@ class RunnerSetReconciler:
                 {"metadata": {"annotations": {failures.ANNOTATION_FAILURE_BUDGET: a.record}}},
                 resource_version=ers.metadata.resource_version,
             )
+            self._saw(key, ers)
         if a.escalated:
             log.warning(
                 "failure budget exhausted; runner creation backed off",
@@ -603,6 +688,7 @@ class RunnerSetReconciler:
             EPHEMERAL_RUNNER_SETS, key, {"status": fields}, resource_version=ers.metadata.resource_version
         )
         self.status_written[key] = anyio.current_time()
+        self._saw(key, updated)
         return updated
 
     def _coalesce_status(self, key: ObjectKey, p: Plan) -> Plan:
@@ -778,6 +864,27 @@ class RunnerSetReconciler:
 def _uids(runners: Sequence[EphemeralRunner]) -> dict[str, bool]:
     """uid → deleting."""
     return {er.metadata.uid: er.metadata.is_deleting for er in runners}
+
+
+def _writes_nothing(p: Plan) -> bool:
+    """The plan makes no write, service call, Event or bus message."""
+    a = p.budget
+    return not (
+        p.delete
+        or p.remove_count
+        or p.create
+        or p.reap
+        or p.status
+        or p.publish_applied is not None
+        or (a is not None and (a.record is not None or a.escalated or bool(a.reset)))
+    )
+
+
+def _rv_int(rv: str) -> int | None:
+    try:
+        return int(rv)
+    except ValueError:
+        return None
 
 
 def _needs_authoritative(p: Plan) -> bool:
