@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import datetime as dt
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -216,10 +217,12 @@ class RunnerSetReconciler:
         ready = self.next_pass.get(key, 0.0) - anyio.current_time()
         if ready > 0:
             return Result(requeue_after=ready)
+        draft: _Draft | None = None
         if ctx.attempt <= 1:
             quiet = self._quiet_pass(key)
-            if quiet is not None:
+            if isinstance(quiet, Result):
                 return quiet
+            draft = quiet
         ers = await self.reader.get_or_none(EPHEMERAL_RUNNER_SETS, key)
         self._saw(key, ers)
         if ers is None:
@@ -262,16 +265,23 @@ class RunnerSetReconciler:
             if not proxy_secret:
                 return Result(requeue_after=ACTIONS_RETRY)
         started = time.perf_counter()
-        runners, authoritative, wait = await self._decision_runners(key, ers)
-        if runners is None:
-            self._space(key, started)
-            log.debug("waiting for the cache to observe this replica's writes", namespace=key.namespace, name=key.name)
-            return Result(requeue_after=wait)
-        b = decide.bucket_runners(runners)
-        now = self.clock.now()
-        p = decide.plan(ers, b, now, self.policy, self._heard(b))
-        if not authoritative:
-            self._space(key, started)
+        if draft is not None and draft.resource_version == ers.metadata.resource_version:
+            # Decided already, on this very set (the GET answered the cached resourceVersion) and
+            # the cached runners: the plan stands (its pass spacing is set).
+            authoritative, b, now, p = False, draft.buckets, draft.now, draft.plan
+        else:
+            runners, authoritative, wait = await self._decision_runners(key, ers)
+            if runners is None:
+                self._space(key, started)
+                log.debug(
+                    "waiting for the cache to observe this replica's writes", namespace=key.namespace, name=key.name
+                )
+                return Result(requeue_after=wait)
+            b = decide.bucket_runners(runners)
+            now = self.clock.now()
+            p = decide.plan(ers, b, now, self.policy, self._heard(b))
+            if not authoritative:
+                self._space(key, started)
         if not authoritative and _needs_authoritative(p):
             b = decide.bucket_runners(await self._runners(ers))
             p = decide.plan(ers, b, now, self.policy, self._heard(b))
@@ -323,13 +333,15 @@ class RunnerSetReconciler:
                     return ers if rv is not None and rv >= self.seen_rv.get(key, -1) else None
         return None
 
-    def _quiet_pass(self, key: ObjectKey) -> Result | None:
+    def _quiet_pass(self, key: ObjectKey) -> Result | _Draft | None:
         """The pass decided on the cached set and runners, when it writes nothing: its Result, and
         no GET of the set (README "runner-set worker", reads from the cache). None when anything
         may be written, read or published (a desired state to apply, finalizers, a proxy Secret,
         expectations expired, a plan the seeds decide on authoritative reads, any action or status
         write): the pass then runs from an authoritative GET of the set, as always. A cache that
-        lags can only delay a pass here: the change it lacks wakes the set again once it arrives."""
+        lags can only delay a pass here: the change it lacks wakes the set again once it arrives. A
+        plan that acts is returned as a draft: the pass uses it when its GET answers the same
+        resourceVersion (the same set) instead of deciding a second time."""
         if (
             not self.sets_cache
             or not self.runners_cache
@@ -365,9 +377,10 @@ class RunnerSetReconciler:
         self._space(key, started)
         if _needs_authoritative(p):
             return None
-        p = self._coalesce_status(key, p)
-        if not _writes_nothing(p):
-            return None
+        coalesced = self._coalesce_status(key, p)
+        if not _writes_nothing(coalesced):
+            return _Draft(ers.metadata.resource_version, b, now, p)
+        p = coalesced
         self.metrics.set(key, ers, b)
         self.metrics.set_budget(ers, p.budget, now)
         after = [r for r in (SAFETY_REQUEUE if p.requeue else None, p.requeue_after) if r is not None]
@@ -864,6 +877,16 @@ class RunnerSetReconciler:
 def _uids(runners: Sequence[EphemeralRunner]) -> dict[str, bool]:
     """uid → deleting."""
     return {er.metadata.uid: er.metadata.is_deleting for er in runners}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Draft:
+    """A plan that acts, decided on the cached set (``resource_version``) and runners."""
+
+    resource_version: str
+    buckets: decide.Buckets
+    now: dt.datetime
+    plan: Plan
 
 
 def _writes_nothing(p: Plan) -> bool:
