@@ -7,7 +7,9 @@ locked on the read's resourceVersion) → finalizer → its runners from the inf
 this replica's own creations and deletions are observed there (:mod:`services.runner_set.expectations`)
 → ``plan`` → execute → status (locked). The runners are read through the API instead on a key's
 first pass, when expectations expire, and for the decisions the seeds take on authoritative
-reads (the finished-cleanup marker, the revision advance; README "runner-set worker"). The controller runs it under its shared policy (README
+reads (the finished-cleanup marker, the revision advance; README "runner-set worker"). A pass
+that would write nothing is decided on the cached set and ends without the GET (``_quiet_pass``).
+The controller runs it under its shared policy (README
 "Worker runtime"): the shard lease is held for the whole pass, and a 409 anywhere means
 "decided on stale data": the pass is re-run on fresh reads.
 """

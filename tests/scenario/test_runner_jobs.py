@@ -13,16 +13,15 @@ from shared.api import EphemeralRunner, EphemeralRunnerStatus
 from shared.bus import Bus, Redeliver, ResourceRef
 from shared.bus.messages import JobCompleted, JobStarted
 from shared.bus.subjects import job_started_subject
-from shared.kube import EPHEMERAL_RUNNERS, ApiReader, KubeClient, ObjectKey, Resource
+from shared.kube import EPHEMERAL_RUNNERS
 from shared.worker import WorkerSettings
 from tests.fixtures.actions_sim import ActionsSim
 from tests.scenario.conftest import Kube, wait_for
-from tests.scenario.test_runner_helpers import SCALE_SET, RunnerEnv
+from tests.scenario.test_runner_helpers import SCALE_SET, CountingReader, RunnerEnv
 
 pytestmark = pytest.mark.anyio
 
 E = TypeVar("E", JobStarted, JobCompleted)
-T = TypeVar("T")
 
 
 async def _registered(env: RunnerEnv, name: str) -> EphemeralRunner:
@@ -177,21 +176,6 @@ async def test_runner_still_up_after_its_job_completed_is_reclaimed(
         await env.wait_events("er-hung", "RunnerHungAfterJob")
 
 
-class _CountingReader(ApiReader):
-    """The worker's reader, counting its GETs of EphemeralRunners."""
-
-    def __init__(self, client: KubeClient) -> None:
-        super().__init__(client)
-        self.er_gets = 0
-
-    async def get_or_none(
-        self, resource: Resource[T], key: ObjectKey | str, *, timeout: float | None = None
-    ) -> T | None:
-        if resource is EPHEMERAL_RUNNERS:
-            self.er_gets += 1
-        return await super().get_or_none(resource, key, timeout=timeout)
-
-
 async def test_job_events_that_write_nothing_are_decided_on_the_cache(runner_env: RunnerEnv) -> None:
     """A deferral and an event the cached runner records already read no ER; a write, or a cached
     copy older than what the worker has seen, reads it from the server."""
@@ -199,7 +183,7 @@ async def test_job_events_that_write_nothing_are_decided_on_the_cache(runner_env
     await env.create_er("er-cached")
     er = await _registered(env, "er-cached")
     worker = env.reconciler
-    counting = _CountingReader(env.kube.client)
+    counting = CountingReader(env.kube.client, EPHEMERAL_RUNNERS)
     # A second reconciler on the worker's ER cache, driven only by this test (the worker's own
     # passes make their own reads).
     rec = RunnerReconciler(
@@ -218,17 +202,17 @@ async def test_job_events_that_write_nothing_are_decided_on_the_cache(runner_env
     # The first delivery of JobStarted on an active runner is deferred: no GET.
     with pytest.raises(Redeliver):
         await rec.handle_job_event(_event(JobStarted, env, er), delivery=1)
-    assert counting.er_gets == 0
+    assert counting.gets == 0
     # Its redelivery writes the fields: decided on a GET.
     assert await rec.handle_job_event(_event(JobStarted, env, er), delivery=2) == "recorded"
-    assert counting.er_gets == 1
+    assert counting.gets == 1
     recorded = await env.er("er-cached")
     assert recorded is not None and _job_fields(recorded) == EXPECTED
     await wait_for(lambda: cached_is(recorded.metadata.resource_version), what="the cache caught up")
     # A duplicate that the cached copy records already: unchanged, no GET.
     assert await rec.handle_job_event(_event(JobStarted, env, er), delivery=3) == "unchanged"
-    assert counting.er_gets == 1
+    assert counting.gets == 1
     # A cached copy older than what the reconciler has seen is not used.
     rec._seen_rv[key] = int(recorded.metadata.resource_version) + 1000
     assert await rec.handle_job_event(_event(JobStarted, env, er), delivery=3) == "unchanged"
-    assert counting.er_gets == 2
+    assert counting.gets == 2

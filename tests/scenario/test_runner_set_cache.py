@@ -6,7 +6,7 @@ a cached set older than what the worker wrote is not used."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import pytest
@@ -19,22 +19,18 @@ from shared.kube import (
     EPHEMERAL_RUNNER_SETS,
     EPHEMERAL_RUNNERS,
     NEXT_PASS,
-    ApiReader,
     EventRecorder,
     Informer,
-    KubeClient,
     ObjectKey,
     ReconcileContext,
-    Resource,
 )
 from tests.fixtures.actions_sim import ActionsSim
 from tests.scenario.conftest import Kube
 from tests.scenario.runner_set_helpers import create_ers, get_ers, runners, sim_scale_set
+from tests.scenario.test_runner_helpers import CountingReader
 from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.anyio
-
-T = TypeVar("T")
 
 
 class NoActions:
@@ -52,16 +48,22 @@ async def frozen_cache(kube: Kube, namespace: str) -> Informer[EphemeralRunner]:
     return informer
 
 
-async def test_lagging_cache_never_over_creates(
-    kube: Kube, bus: Bus, namespace: str, actions_sim: ActionsSim, github_secret: str
-) -> None:
+async def set_of(kube: Kube, namespace: str, actions_sim: ActionsSim, github_secret: str, replicas: int) -> ObjectKey:
+    """An ERS ("set") against the simulator, with ``replicas`` set on it."""
     ss = await sim_scale_set(actions_sim)
     await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
     key = ObjectKey(namespace, "set")
     ers = await get_ers(kube, namespace)
     await kube.writer.patch_merge(
-        EPHEMERAL_RUNNER_SETS, key, {"spec": {"replicas": 3}}, resource_version=ers.metadata.resource_version
+        EPHEMERAL_RUNNER_SETS, key, {"spec": {"replicas": replicas}}, resource_version=ers.metadata.resource_version
     )
+    return key
+
+
+async def test_lagging_cache_never_over_creates(
+    kube: Kube, bus: Bus, namespace: str, actions_sim: ActionsSim, github_secret: str
+) -> None:
+    key = await set_of(kube, namespace, actions_sim, github_secret, replicas=3)
     cache = await frozen_cache(kube, namespace)
     reconciler = RunnerSetReconciler(
         kube.reader, kube.writer, EventRecorder(kube.writer, "test"), NoActions(), bus, FailurePolicy(),
@@ -90,34 +92,13 @@ async def test_lagging_cache_never_over_creates(
     assert len(reconciler.expectations[key].creates) == 3
 
 
-class CountingReader(ApiReader):
-    """The worker's reader, counting its GETs of EphemeralRunnerSets."""
-
-    def __init__(self, client: KubeClient) -> None:
-        super().__init__(client)
-        self.set_gets = 0
-
-    async def get_or_none(
-        self, resource: Resource[T], key: ObjectKey | str, *, timeout: float | None = None
-    ) -> T | None:
-        if resource is EPHEMERAL_RUNNER_SETS:
-            self.set_gets += 1
-        return await super().get_or_none(resource, key, timeout=timeout)
-
-
 async def test_a_pass_that_writes_nothing_reads_the_cached_set_and_any_action_the_server(
     kube: Kube, bus: Bus, namespace: str, actions_sim: ActionsSim, github_secret: str
 ) -> None:
-    ss = await sim_scale_set(actions_sim)
-    await create_ers(kube, namespace, config_url=actions_sim.config_url(), secret=github_secret, scale_set_id=ss)
-    key = ObjectKey(namespace, "set")
-    ers = await get_ers(kube, namespace)
-    await kube.writer.patch_merge(
-        EPHEMERAL_RUNNER_SETS, key, {"spec": {"replicas": 2}}, resource_version=ers.metadata.resource_version
-    )
+    key = await set_of(kube, namespace, actions_sim, github_secret, replicas=2)
     runners_cache = Informer(kube.client, EPHEMERAL_RUNNERS, namespace=namespace)
     sets_cache = Informer(kube.client, EPHEMERAL_RUNNER_SETS, namespace=namespace)
-    reader = CountingReader(kube.client)
+    reader = CountingReader(kube.client, EPHEMERAL_RUNNER_SETS)
     reconciler = RunnerSetReconciler(
         reader, kube.writer, EventRecorder(kube.writer, "test"), NoActions(), bus, FailurePolicy(),
         runners_cache=[runners_cache], sets_cache=[sets_cache],
@@ -132,19 +113,19 @@ async def test_a_pass_that_writes_nothing_reads_the_cached_set_and_any_action_th
         async def settle() -> None:
             # Passes until one writes nothing (the first ones add the finalizer, create, write counts).
             async def quiet() -> bool:
-                before = reader.set_gets
+                before = reader.gets
                 await reconciler.reconcile(key, ctx)
-                return reader.set_gets == before
+                return reader.gets == before
 
             await eventually(quiet, timeout=10.0)
 
         await settle()
         assert len(await runners(kube, namespace)) == 2
         # Nothing to do: decided on the caches, no GET of the set.
-        gets = reader.set_gets
+        gets = reader.gets
         for _ in range(3):
             await reconciler.reconcile(key, ctx)
-        assert reader.set_gets == gets
+        assert reader.gets == gets
 
         # Someone else raises replicas: the cached set shows it, and the scale-up is decided on a GET.
         ers = await get_ers(kube, namespace)
@@ -158,7 +139,7 @@ async def test_a_pass_that_writes_nothing_reads_the_cached_set_and_any_action_th
 
         await eventually(lambda: cached_replicas() == 3, timeout=10.0)
         await reconciler.reconcile(key, ctx)
-        assert reader.set_gets == gets + 1
+        assert reader.gets == gets + 1
         assert len(await runners(kube, namespace)) == 3
 
         # A cached set older than what this worker wrote is not used: with the set's watch stopped,
@@ -168,7 +149,7 @@ async def test_a_pass_that_writes_nothing_reads_the_cached_set_and_any_action_th
     await reconciler.reconcile(key, ctx)  # the count: one status write, on the GET
     stale = sets_cache.get_cached(key)
     assert stale is not None and reconciler.seen_rv[key] > int(stale.metadata.resource_version)
-    gets = reader.set_gets
+    gets = reader.gets
     await reconciler.reconcile(key, ctx)
-    assert reader.set_gets == gets + 1
+    assert reader.gets == gets + 1
     assert len(await runners(kube, namespace)) == 3
