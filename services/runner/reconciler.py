@@ -13,8 +13,9 @@ Reads (README "runner worker", reads and caches):
 - Authoritative reads (an uncached GET) stay where a stale answer could lead to a wrong action:
   a runner pod missing from the pod cache (a job recorded just before the pod vanished must be
   seen, or the runner would get a new pod for a spent JIT config: the pod and then the ER are
-  re-read), job events from the bus (the ER may not be in this replica's cache yet: a missed
-  event would be lost), the JIT Secret of a registration the service reports as existing, and
+  re-read), a job event's write (the ER may not be in this replica's cache yet: a missed event
+  would be lost; a deferral, or an event the cached copy records already, is decided on the cache
+  when it is fresh enough: it writes nothing), the JIT Secret of a registration the service reports as existing, and
   the pod and Secret before a delete of the failed-runner cleanup.
 - Nothing the worker has just created is read back: the JIT Secret and the pod are created
   without a read first (AlreadyExists is the existence check).
@@ -940,6 +941,15 @@ class RunnerReconciler:
     async def _job_once(self, event: JobStarted | JobCompleted, delivery: int | None = None) -> str:
         key = ObjectKey(event.scale_set.namespace, event.runner_name)
         fields = {"namespace": key.namespace, "name": key.name, "job_id": event.job_id, "runner_id": event.runner_id}
+        cached = self._fresh_enough(key) if delivery is not None else None
+        if cached is not None and jobs.mismatch(cached, event) is None and not jobs.conflicting_job(cached, event):
+            # What writes nothing may be decided on the cache (README "runner worker", job
+            # events): a deferral (the redelivery decides again) and an event the cached copy
+            # records already (the fields are a fill and the mark is never removed: the server's
+            # newer copy records them too). Anything else is decided on the GET below.
+            self._defer(key, cached, event, delivery)
+            if jobs.job_status_patch(cached, event) is None and jobs.completion_patch(cached, event) is None:
+                return "unchanged"
         er = await self._get_er(key)  # authoritative: see the module docstring
         if er is None:
             log.info("job event for an unknown EphemeralRunner; ignored", **fields)
@@ -955,6 +965,27 @@ class RunnerReconciler:
                 **fields,
             )
             return "other_job"
+        self._defer(key, er, event, delivery)
+        written = False
+        patch = jobs.job_status_patch(er, event)
+        if patch is not None:
+            er = await self._patch_er_status(key, patch, resource_version=er.metadata.resource_version)
+            self._started.pop(key, None)
+            written = True
+        if isinstance(event, JobCompleted) and jobs.completion_patch(er, event) is not None:
+            # The mark, with the finalizers when the runner already exited 0 (one patch).
+            mark = decide.release_patch(er, event) or jobs.completion_patch(er, event)
+            assert mark is not None
+            await self._patch_er(key, mark, resource_version=er.metadata.resource_version)
+            self._heard.pop(key, None)
+            written = True
+        return "recorded" if written else "unchanged"
+
+    def _defer(
+        self, key: ObjectKey, er: EphemeralRunner, event: JobStarted | JobCompleted, delivery: int | None
+    ) -> None:
+        """Raise ``shared.bus.Redeliver`` when the event's write can ride on one the runner makes
+        anyway (see :meth:`handle_job_event`), deciding on ``er``."""
         if (
             isinstance(event, JobStarted)
             and delivery == 1
@@ -977,20 +1008,6 @@ class RunnerReconciler:
                 # end-of-life metadata patch; the redelivery writes it if that did not happen.
                 _remember(self._heard, key, event)
                 raise Redeliver(self.settings.job_event_defer, "the mark rides on the runner's end-of-life patch")
-        written = False
-        patch = jobs.job_status_patch(er, event)
-        if patch is not None:
-            er = await self._patch_er_status(key, patch, resource_version=er.metadata.resource_version)
-            self._started.pop(key, None)
-            written = True
-        if isinstance(event, JobCompleted) and jobs.completion_patch(er, event) is not None:
-            # The mark, with the finalizers when the runner already exited 0 (one patch).
-            mark = decide.release_patch(er, event) or jobs.completion_patch(er, event)
-            assert mark is not None
-            await self._patch_er(key, mark, resource_version=er.metadata.resource_version)
-            self._heard.pop(key, None)
-            written = True
-        return "recorded" if written else "unchanged"
 
 
 # A JobCompleted is deferred on at most this many deliveries (the consumer's max_deliver is 5: the

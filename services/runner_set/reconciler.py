@@ -7,7 +7,9 @@ locked on the read's resourceVersion) → finalizer → its runners from the inf
 this replica's own creations and deletions are observed there (:mod:`services.runner_set.expectations`)
 → ``plan`` → execute → status (locked). The runners are read through the API instead on a key's
 first pass, when expectations expire, and for the decisions the seeds take on authoritative
-reads (the finished-cleanup marker, the revision advance; README "runner-set worker"). The controller runs it under its shared policy (README
+reads (the finished-cleanup marker, the revision advance; README "runner-set worker"). A pass
+that would write nothing is decided on the cached set and ends without the GET (``_quiet_pass``).
+The controller runs it under its shared policy (README
 "Worker runtime"): the shard lease is held for the whole pass, and a 409 anywhere means
 "decided on stale data": the pass is re-run on fresh reads.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import datetime as dt
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -104,6 +107,7 @@ class RunnerSetReconciler:
         metrics: RunnerSetMetrics | None = None,
         clock: Clock = SYSTEM_CLOCK,
         runners_cache: Sequence[Informer[EphemeralRunner]] = (),
+        sets_cache: Sequence[Informer[EphemeralRunnerSet]] = (),
         expectations_timeout: float = xp.TIMEOUT,
     ) -> None:
         self.reader = reader
@@ -124,6 +128,11 @@ class RunnerSetReconciler:
         self.completed: dict[ObjectKey, JobCompleted] = {}
         # Runners come from these informers (README "runner-set worker"); none: every pass lists them.
         self.runners_cache = list(runners_cache)
+        # Sets from these informers for a pass that writes nothing (``_quiet_pass``); ``seen_rv``:
+        # the newest resourceVersion of each set this replica read or wrote (a cached copy older
+        # than that is not used). None: every pass GETs its set.
+        self.sets_cache = list(sets_cache)
+        self.seen_rv: dict[ObjectKey, int] = {}
         self.expectations_timeout = expectations_timeout
         self.expectations: dict[ObjectKey, xp.Expectations] = {}
         self.cache_trusted: set[ObjectKey] = set()  # keys read through the API since gaining them
@@ -145,6 +154,7 @@ class RunnerSetReconciler:
             policy,
             metrics=RunnerSetMetrics(ctx.registry),
             runners_cache=ctx.informers(EPHEMERAL_RUNNERS),
+            sets_cache=ctx.informers(EPHEMERAL_RUNNER_SETS),
         )
 
     # --- bus and shard hooks ---------------------------------------------------------------------
@@ -209,7 +219,14 @@ class RunnerSetReconciler:
         ready = self.next_pass.get(key, 0.0) - anyio.current_time()
         if ready > 0:
             return Result(requeue_after=ready)
+        draft: _Draft | None = None
+        if ctx.attempt <= 1:
+            quiet = self._quiet_pass(key)
+            if isinstance(quiet, Result):
+                return quiet
+            draft = quiet
         ers = await self.reader.get_or_none(EPHEMERAL_RUNNER_SETS, key)
+        self._saw(key, ers)
         if ers is None:
             self.next_pass.pop(key, None)
             self.metrics.forget(key)
@@ -228,12 +245,13 @@ class RunnerSetReconciler:
         finalizers = adopt.live_finalizers(ers.metadata.finalizers)  # ours, in place of ARC 0.12-0.14's
         if finalizers is not None:
             # Added alone, before any runner exists: the pass ends with it (README "Worker runtime").
-            await self.writer.patch_merge(
+            written = await self.writer.patch_merge(
                 EPHEMERAL_RUNNER_SETS,
                 key,
                 {"metadata": {"finalizers": finalizers}},
                 resource_version=ers.metadata.resource_version,
             )
+            self._saw(key, written)
             return NEXT_PASS
         problems = validate(ers)
         if problems:
@@ -249,16 +267,23 @@ class RunnerSetReconciler:
             if not proxy_secret:
                 return Result(requeue_after=ACTIONS_RETRY)
         started = time.perf_counter()
-        runners, authoritative, wait = await self._decision_runners(key, ers)
-        if runners is None:
-            self._space(key, started)
-            log.debug("waiting for the cache to observe this replica's writes", namespace=key.namespace, name=key.name)
-            return Result(requeue_after=wait)
-        b = decide.bucket_runners(runners)
-        now = self.clock.now()
-        p = decide.plan(ers, b, now, self.policy, self._heard(b))
-        if not authoritative:
-            self._space(key, started)
+        if draft is not None and draft.resource_version == ers.metadata.resource_version:
+            # Decided already, on this very set (the GET answered the cached resourceVersion) and
+            # the cached runners: the plan stands (its pass spacing is set).
+            authoritative, b, now, p = False, draft.buckets, draft.now, draft.plan
+        else:
+            runners, authoritative, wait = await self._decision_runners(key, ers)
+            if runners is None:
+                self._space(key, started)
+                log.debug(
+                    "waiting for the cache to observe this replica's writes", namespace=key.namespace, name=key.name
+                )
+                return Result(requeue_after=wait)
+            b = decide.bucket_runners(runners)
+            now = self.clock.now()
+            p = decide.plan(ers, b, now, self.policy, self._heard(b))
+            if not authoritative:
+                self._space(key, started)
         if not authoritative and _needs_authoritative(p):
             b = decide.bucket_runners(await self._runners(ers))
             p = decide.plan(ers, b, now, self.policy, self._heard(b))
@@ -288,6 +313,79 @@ class RunnerSetReconciler:
         self.metrics.set_budget(ers, p.budget, now)
         first = [retry.requeue_after] if retry is not None else [SAFETY_REQUEUE if p.requeue else None]
         after = [r for r in (*first, p.requeue_after) if r is not None]
+        return Result(requeue_after=max(0.0, min(after))) if after else DONE
+
+    def _saw(self, key: ObjectKey, ers: EphemeralRunnerSet | None) -> None:
+        """Remember the resourceVersion of a set read from or written to the server (None: gone)."""
+        if ers is None:
+            self.seen_rv.pop(key, None)
+            return
+        rv = _rv_int(ers.metadata.resource_version)
+        if rv is not None and rv > self.seen_rv.get(key, -1):
+            self.seen_rv[key] = rv
+
+    def _cached_set(self, key: ObjectKey) -> EphemeralRunnerSet | None:
+        """The set from the informers (a shared object: read-only), unless it is older than what
+        this replica has read or written of it."""
+        for informer in self.sets_cache:
+            if informer.namespace in (None, key.namespace):
+                ers = informer.get_cached(key, copy=False)
+                if ers is not None:
+                    rv = _rv_int(ers.metadata.resource_version)
+                    return ers if rv is not None and rv >= self.seen_rv.get(key, -1) else None
+        return None
+
+    def _quiet_pass(self, key: ObjectKey) -> Result | _Draft | None:
+        """The pass decided on the cached set and runners, when it writes nothing: its Result, and
+        no GET of the set (README "runner-set worker", reads from the cache). None when anything
+        may be written, read or published (a desired state to apply, finalizers, a proxy Secret,
+        expectations expired, a plan the seeds decide on authoritative reads, any action or status
+        write): the pass then runs from an authoritative GET of the set, as always. A cache that
+        lags can only delay a pass here: the change it lacks wakes the set again once it arrives. A
+        plan that acts is returned as a draft: the pass uses it when its GET answers the same
+        resourceVersion (the same set) instead of deciding a second time."""
+        if (
+            not self.sets_cache
+            or not self.runners_cache
+            or key not in self.seeded
+            or key in self.desired
+            or key not in self.cache_trusted
+        ):
+            return None
+        ers = self._cached_set(key)
+        if (
+            ers is None
+            or ers.metadata.is_deleting
+            or adopt.live_finalizers(ers.metadata.finalizers) is not None
+            or ers.spec.ephemeral_runner_spec.proxy is not None
+            or validate(ers)
+        ):
+            return None
+        started = time.perf_counter()
+        cached = self._cached_runners(ers)
+        e = self.expectations.get(key, xp.NONE)
+        if e.pending:
+            e = xp.settle(e, _uids(cached))
+            self._store_expectations(key, e)
+        verdict, left = xp.check(e, anyio.current_time(), self.expectations_timeout)
+        if verdict is xp.Verdict.EXPIRED:
+            return None
+        if verdict is xp.Verdict.PENDING:
+            self._space(key, started)
+            return Result(requeue_after=left)
+        b = decide.bucket_runners(cached)
+        now = self.clock.now()
+        p = decide.plan(ers, b, now, self.policy, self._heard(b))
+        self._space(key, started)
+        if _needs_authoritative(p):
+            return None
+        coalesced = self._coalesce_status(key, p)
+        if not _writes_nothing(coalesced):
+            return _Draft(ers.metadata.resource_version, b, now, p)
+        p = coalesced
+        self.metrics.set(key, ers, b)
+        self.metrics.set_budget(ers, p.budget, now)
+        after = [r for r in (SAFETY_REQUEUE if p.requeue else None, p.requeue_after) if r is not None]
         return Result(requeue_after=max(0.0, min(after))) if after else DONE
 
     async def _runners(self, ers: EphemeralRunnerSet) -> list[EphemeralRunner]:
@@ -416,6 +514,7 @@ class RunnerSetReconciler:
         updated = await self.writer.patch_merge(
             EPHEMERAL_RUNNER_SETS, key, patch, resource_version=ers.metadata.resource_version
         )
+        self._saw(key, updated)
         log.info(
             "desired state applied",
             namespace=key.namespace,
@@ -497,6 +596,7 @@ class RunnerSetReconciler:
                 {"metadata": {"annotations": {failures.ANNOTATION_FAILURE_BUDGET: a.record}}},
                 resource_version=ers.metadata.resource_version,
             )
+            self._saw(key, ers)
         if a.escalated:
             log.warning(
                 "failure budget exhausted; runner creation backed off",
@@ -603,6 +703,7 @@ class RunnerSetReconciler:
             EPHEMERAL_RUNNER_SETS, key, {"status": fields}, resource_version=ers.metadata.resource_version
         )
         self.status_written[key] = anyio.current_time()
+        self._saw(key, updated)
         return updated
 
     def _coalesce_status(self, key: ObjectKey, p: Plan) -> Plan:
@@ -778,6 +879,37 @@ class RunnerSetReconciler:
 def _uids(runners: Sequence[EphemeralRunner]) -> dict[str, bool]:
     """uid → deleting."""
     return {er.metadata.uid: er.metadata.is_deleting for er in runners}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Draft:
+    """A plan that acts, decided on the cached set (``resource_version``) and runners."""
+
+    resource_version: str
+    buckets: decide.Buckets
+    now: dt.datetime
+    plan: Plan
+
+
+def _writes_nothing(p: Plan) -> bool:
+    """The plan makes no write, service call, Event or bus message."""
+    a = p.budget
+    return not (
+        p.delete
+        or p.remove_count
+        or p.create
+        or p.reap
+        or p.status
+        or p.publish_applied is not None
+        or (a is not None and (a.record is not None or a.escalated or bool(a.reset)))
+    )
+
+
+def _rv_int(rv: str) -> int | None:
+    try:
+        return int(rv)
+    except ValueError:
+        return None
 
 
 def _needs_authoritative(p: Plan) -> bool:

@@ -244,8 +244,17 @@ def render_authorization(passwords: Mapping[str, str], indent: str = "") -> str:
 
 
 def generate_passwords(components: tuple[str, ...] = COMPONENTS) -> dict[str, str]:
-    """A fresh random password per component (the embedded default, at every start)."""
-    return {c: secrets.token_urlsafe(24) for c in components}
+    """A fresh random password per component (the embedded default, at every start). None starts
+    with "-": passed as ``--nats-password <value>`` it would read as an option (1 in 64 of
+    ``token_urlsafe``'s outputs did)."""
+    return {c: _password() for c in components}
+
+
+def _password() -> str:
+    while True:
+        value = secrets.token_urlsafe(24)
+        if not value.startswith("-"):
+            return value
 
 
 def auth_secret(

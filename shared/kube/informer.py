@@ -144,9 +144,13 @@ class Informer(Generic[T]):
     def keys(self) -> list[ObjectKey]:
         return sorted(self._items)
 
-    def get_cached(self, key: ObjectKey | str) -> T | None:
+    def get_cached(self, key: ObjectKey | str, *, copy: bool = True) -> T | None:
+        """The cached object of ``key``: a fresh copy, or with ``copy=False`` the cache's own
+        decoded object (no decode; strictly read-only, as :meth:`list_owned_by`)."""
         entry = self._items.get(ObjectKey.of(key))
-        return None if entry is None else self._fresh(entry)
+        if entry is None:
+            return None
+        return self._fresh(entry) if copy else entry.obj
 
     def list_cached(self, selector: LabelSelector | str | None = None, *, namespace: str | None = None) -> list[T]:
         """Cached objects (sorted by key), filtered by label selector and namespace."""

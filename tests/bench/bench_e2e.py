@@ -100,6 +100,7 @@ class Results:
         self.tput_completed = 0
         self.tput_gaps: list[float] = []
         self.tput_jobs: list[fig.Job] = []  # finished in the window
+        self.tput_chain: list[fig.Replacement] = []  # replaced runners gone in the window
         self.rss: dict[int, dict[str, float]] = {}  # runners → worker → MB
         self.large_reached = 0  # pods Running in the large-N phase
         self.large_seconds = 0.0
@@ -421,6 +422,15 @@ async def _latency_phases(
     ]
     all_finishes = [j.finished for j in jobs if j.finished is not None]
     res.tput_gaps = [g for f, g in fig.replacement_gaps(all_finishes, new_runners) if start <= f < end]
+    handed = {j.runner_name: j.assigned for j in jobs if j.runner_name and j.assigned is not None}
+    chain = fig.replacement_chain(
+        [t for t in tl.er_gone.values() if t >= began],
+        {name: t for name, t in tl.er_added.items() if t >= began},
+        tl.pod_added,
+        tl.pod_running,
+        handed,
+    )
+    res.tput_chain = [r for r in chain if start <= r.gone < end]
     say(f"sustained: {res.tput_completed} jobs in {res.tput_window:.0f}s")
     if not await until("backlog drained", all_done) or not await until("the set to empty again", empty):
         return 1
@@ -475,6 +485,7 @@ def _raw(res: Results) -> dict[str, Any]:
         "desired_at": res.desired_at,
         "cold_jobs": res.cold_jobs,
         "sustained_jobs": res.tput_jobs,
+        "sustained_replacements": res.tput_chain,
         "rss_mb": {str(n): v for n, v in res.rss.items()},
     }
 
@@ -627,6 +638,15 @@ def _overhead_rows(table: Table, res: Results) -> None:
         fig.p50_p99(fig.stage({n: t for n, t in tl.er_succeeded.items() if n in names}, tl.er_gone)),
         "",
     )
+    stages = fig.chain_stages(res.tput_chain)
+    for label, name in (
+        ("  replaced EphemeralRunner gone → replacement's pod Running", "gone→running"),
+        ("    gone → replacement EphemeralRunner created (runner-set)", "gone→created"),
+        ("    ER created → pod created (runner worker: JIT config, Secret, pod)", "created→pod"),
+        ("    pod created → pod Running (node-sim: scheduler + kubelet)", "pod→running"),
+        ("    pod Running → the service hands it a job", "running→handed"),
+    ):
+        table.add(label, fig.p50_p99(stages[name]), "")
     table.add(
         "  runner pod Running → the service hands it a job (queue never empty)",
         fig.p50_p99(fig.job_wait(res.tput_jobs, tl.pod_running)),

@@ -122,6 +122,63 @@ def replacement_gaps(
     return gaps
 
 
+class Replacement(msgspec.Struct, frozen=True):
+    """One replacement under a sustained queue, its second half stage by stage: the replaced
+    runner's EphemeralRunner gone → the replacement's EphemeralRunner created (runner-set) → its pod
+    created (runner worker: JIT config, Secret, pod) → pod Running (node-sim) → a job handed to it
+    (the service). A later stage not reached yet is None."""
+
+    name: str  # the replacement runner
+    gone: float  # the replaced runner's EphemeralRunner deleted
+    created: float
+    pod_created: float | None
+    running: float | None
+    handed: float | None
+
+
+def replacement_chain(
+    gones: Iterable[float],
+    created: Mapping[str, float],
+    pod_added: Mapping[str, float],
+    pod_running: Mapping[str, float],
+    handed: Mapping[str, float],
+) -> list[Replacement]:
+    """Pair each runner created under a sustained queue (``created``: name → EphemeralRunner
+    created) with the runner it replaced: in creation order, the earliest EphemeralRunner gone
+    (``gones``) not yet paired and gone at or before the new one was created (the runner-set creates a
+    replacement only once the runner it replaces is gone); a runner created with none is a scale-up.
+    ``handed``: runner name → when the service handed it a job. In order of the replaced runner's
+    end."""
+    pending = sorted(gones)
+    out = []
+    i = 0
+    for at, name in sorted((t, n) for n, t in created.items()):
+        if i < len(pending) and pending[i] <= at:
+            out.append(Replacement(name, pending[i], at, pod_added.get(name), pod_running.get(name), handed.get(name)))
+            i += 1
+    return out
+
+
+def chain_stages(replacements: Iterable[Replacement]) -> dict[str, list[float]]:
+    """The stage durations of ``replacements`` (only the stages both ends of which were seen):
+    ``gone→created``, ``created→pod``, ``pod→running``, ``running→handed`` (0 when the runner asked
+    before its pod's Running status was written) and ``gone→running``."""
+    out: dict[str, list[float]] = {
+        k: [] for k in ("gone→created", "created→pod", "pod→running", "running→handed", "gone→running")
+    }
+    for r in replacements:
+        out["gone→created"].append(r.created - r.gone)
+        if r.pod_created is not None:
+            out["created→pod"].append(r.pod_created - r.created)
+            if r.running is not None:
+                out["pod→running"].append(r.running - r.pod_created)
+        if r.running is not None:
+            out["gone→running"].append(r.running - r.gone)
+            if r.handed is not None:
+                out["running→handed"].append(max(0.0, r.handed - r.running))
+    return out
+
+
 def cycle_overhead(slots: int, completed: int, window: float, job_seconds: float) -> float:
     """Per-runner overhead from throughput: each of ``slots`` runners spends ``slots·window/completed``
     per job, of which ``job_seconds`` is the job; the rest is the runner's own cost."""

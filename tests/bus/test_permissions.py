@@ -399,3 +399,10 @@ async def test_bus_setup_and_status_work_as_the_bus_setup_user(
     assert {r["stream"] for r in rows if "messages" in r} == {s.name for s in subjects.STREAMS}
     assert {(r["stream"], r["consumer"]) for r in rows if "consumer" in r} == {("RUNNERSCALE_JOBS", "runner-jobs")}
     assert [r["holder"]["replica"] for r in rows if r.get("bucket") == subjects.LEADERS_BUCKET] == ["l-0"]
+
+
+def test_generated_passwords_never_read_as_a_command_line_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    # token_urlsafe starts 1 in 64 of its outputs with "-": `--nats-password -x…` fails to parse.
+    outputs = iter(["-starts-with-a-dash", "--another", "fine-one"])
+    monkeypatch.setattr("shared.bus.permissions.secrets.token_urlsafe", lambda n: next(outputs))
+    assert perms.generate_passwords(("runner",)) == {"runner": "fine-one"}

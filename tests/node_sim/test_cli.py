@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import subprocess
 import sys
@@ -53,3 +54,24 @@ async def test_cli_runs_pods_and_stops_on_sigterm(
         if proc.returncode is None:
             proc.kill()
         await proc.aclose()
+
+
+def test_cli_defers_full_garbage_collections(tmp_path: Path) -> None:
+    """Issue 10: a full collection walks every pod the node holds; the process makes them rare
+    (GC_THRESHOLDS), only the process: a node sim run in-process leaves the host's settings alone."""
+    from services.embedded.node_sim.__main__ import GC_THRESHOLDS
+
+    missing = tmp_path / "no-kubeconfig"
+    probe = (
+        "import gc\n"
+        "from services.embedded.node_sim.__main__ import main\n"
+        "print(gc.get_threshold(), flush=True)\n"
+        "try:\n"
+        f"    main(['--kubeconfig', {str(missing)!r}, '--log-level', 'error'])\n"
+        "finally:\n"
+        "    print(gc.get_threshold(), flush=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert out.stdout.strip().splitlines()[0] == str(gc.get_threshold())  # importing changes nothing
+    assert out.stdout.strip().splitlines()[-1] == str(GC_THRESHOLDS)
+    assert GC_THRESHOLDS[2] > 10  # full collections deferred beyond CPython's default

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from services.runner.decide import RunnerSettings
 from services.runner.worker import WORKER
@@ -20,9 +20,11 @@ from shared.api.constants import (
     LABEL_SCALE_SET_NAME,
     LABEL_SCALE_SET_NAMESPACE,
 )
-from shared.kube import EPHEMERAL_RUNNERS, EVENTS, PODS, SECRETS, ObjectKey
+from shared.kube import EPHEMERAL_RUNNERS, EVENTS, PODS, SECRETS, ApiReader, KubeClient, ObjectKey, Resource
 from shared.worker import running_worker
 from tests.scenario.conftest import Kube, wait_for
+
+T = TypeVar("T")
 
 SCALE_SET = "rs-set"
 FAST = RunnerSettings(
@@ -219,3 +221,20 @@ async def start_runner_env(
         await w.wait_ready()
         env.worker = w
         yield env
+
+
+class CountingReader(ApiReader):
+    """An API reader counting its GETs of one resource (a worker's reads, in tests of what it
+    decides without one)."""
+
+    def __init__(self, client: KubeClient, resource: Resource[Any]) -> None:
+        super().__init__(client)
+        self.resource = resource
+        self.gets = 0
+
+    async def get_or_none(
+        self, resource: Resource[T], key: ObjectKey | str, *, timeout: float | None = None
+    ) -> T | None:
+        if resource is self.resource:
+            self.gets += 1
+        return await super().get_or_none(resource, key, timeout=timeout)

@@ -8,14 +8,16 @@ from typing import Any, TypeVar, cast
 import pytest
 
 from services.runner.jobs import ANNOTATION_JOB_COMPLETED  # type: ignore[attr-defined]  # imported there from shared.api
+from services.runner.reconciler import RunnerReconciler
 from shared.api import EphemeralRunner, EphemeralRunnerStatus
-from shared.bus import Bus, ResourceRef
+from shared.bus import Bus, Redeliver, ResourceRef
 from shared.bus.messages import JobCompleted, JobStarted
 from shared.bus.subjects import job_started_subject
+from shared.kube import EPHEMERAL_RUNNERS
 from shared.worker import WorkerSettings
 from tests.fixtures.actions_sim import ActionsSim
 from tests.scenario.conftest import Kube, wait_for
-from tests.scenario.test_runner_helpers import SCALE_SET, RunnerEnv
+from tests.scenario.test_runner_helpers import SCALE_SET, CountingReader, RunnerEnv
 
 pytestmark = pytest.mark.anyio
 
@@ -172,3 +174,45 @@ async def test_runner_still_up_after_its_job_completed_is_reclaimed(
         await env.wait_finished("er-hung", "RunnerHungAfterJob", timeout=15)  # its pod is deleted
         await env.wait_gone("er-hung", timeout=15)
         await env.wait_events("er-hung", "RunnerHungAfterJob")
+
+
+async def test_job_events_that_write_nothing_are_decided_on_the_cache(runner_env: RunnerEnv) -> None:
+    """A deferral and an event the cached runner records already read no ER; a write, or a cached
+    copy older than what the worker has seen, reads it from the server."""
+    env = runner_env
+    await env.create_er("er-cached")
+    er = await _registered(env, "er-cached")
+    worker = env.reconciler
+    counting = CountingReader(env.kube.client, EPHEMERAL_RUNNERS)
+    # A second reconciler on the worker's ER cache, driven only by this test (the worker's own
+    # passes make their own reads).
+    rec = RunnerReconciler(
+        counting, worker.writer, worker.events, worker.clients, worker.settings, cached_er=worker._cached_er
+    )
+    key = env.key("er-cached")
+
+    def cached_is(rv: str) -> bool:
+        assert rec._cached_er is not None
+        cur = rec._cached_er(key)
+        return cur is not None and cur.metadata.resource_version == rv
+
+    current = await env.er("er-cached")
+    assert current is not None
+    await wait_for(lambda: cached_is(current.metadata.resource_version), what="the cache caught up")
+    # The first delivery of JobStarted on an active runner is deferred: no GET.
+    with pytest.raises(Redeliver):
+        await rec.handle_job_event(_event(JobStarted, env, er), delivery=1)
+    assert counting.gets == 0
+    # Its redelivery writes the fields: decided on a GET.
+    assert await rec.handle_job_event(_event(JobStarted, env, er), delivery=2) == "recorded"
+    assert counting.gets == 1
+    recorded = await env.er("er-cached")
+    assert recorded is not None and _job_fields(recorded) == EXPECTED
+    await wait_for(lambda: cached_is(recorded.metadata.resource_version), what="the cache caught up")
+    # A duplicate that the cached copy records already: unchanged, no GET.
+    assert await rec.handle_job_event(_event(JobStarted, env, er), delivery=3) == "unchanged"
+    assert counting.gets == 1
+    # A cached copy older than what the reconciler has seen is not used.
+    rec._seen_rv[key] = int(recorded.metadata.resource_version) + 1000
+    assert await rec.handle_job_event(_event(JobStarted, env, er), delivery=3) == "unchanged"
+    assert counting.gets == 2

@@ -111,18 +111,25 @@ async def test_crashed_runner_before_start_hands_the_job_to_another(service: Ser
     first = (await service.jit(ss["id"], "first")).json()
     second = (await service.jit(ss["id"], "second")).json()
     # Connect the first runner by hand so that it holds the job without starting it.
-    token_headers = {"Authorization": "Bearer " + _runner_token(first["encodedJITConfig"])}
-    async with (
-        aiohttp.ClientSession(headers=token_headers) as http,
-        http.post(service.sim.url + "/_runner/connect", json={"version": "2.330.0"}) as resp,
-    ):
-        assert resp.status == 200
+    await _connect_by_hand(service, first["encodedJITConfig"])
     [held] = await service.sim.control.jobs()
     assert held.runner_name == "first"
     await service.sim.control.crash_runner(first["runner"]["id"])
     with anyio.fail_after(10):
         outcome = await run_runner(service.sim.url, second["encodedJITConfig"])
     assert outcome.job_id == job.job_id and outcome.reason == "completed"
+
+
+async def _connect_by_hand(service: Service, encoded_jit_config: str) -> dict[str, Any]:
+    """``POST /_runner/connect`` as the runner of this JIT config; its 200 answer."""
+    token_headers = {"Authorization": "Bearer " + _runner_token(encoded_jit_config)}
+    async with (
+        aiohttp.ClientSession(headers=token_headers) as http,
+        http.post(service.sim.url + "/_runner/connect", json={"version": "2.330.0"}) as resp,
+    ):
+        assert resp.status == 200
+        body: dict[str, Any] = await resp.json()
+        return body
 
 
 def _runner_token(encoded: str) -> str:
@@ -391,3 +398,23 @@ async def test_settings_are_validated(actions_sim: ActionsSim) -> None:
         await actions_sim.control.configure(mode="enterprise-ish")
     assert "mode" in err.value.text
     assert (await actions_sim.control.settings()).poll_wait == 1.0
+
+
+async def test_connect_answers_the_job_already_waiting_and_the_runner_skips_its_poll(service: Service) -> None:
+    """Issue 10: a runner that connects while a job waits for an idle runner gets it in the connect
+    answer (as the job poll would answer it) and makes no job poll; without a waiting job the
+    answer carries none and the runner polls."""
+    ss = await service.create_scale_set()
+    [job] = await service.sim.control.enqueue_jobs(labels=["linux"])
+    jit = (await service.jit(ss["id"], "eager")).json()
+    body = await _connect_by_hand(service, jit["encodedJITConfig"])
+    assert body["job"]["job_id"] == job.job_id
+    await service.sim.control.clear_requests()
+    with anyio.fail_after(10):
+        outcome = await run_runner(service.sim.url, jit["encodedJITConfig"])
+    assert outcome.job_id == job.job_id and outcome.reason == "completed"
+    endpoints = [r.endpoint for r in await service.sim.control.requests()]
+    assert "runner_job" not in endpoints and "runner_job_started" in endpoints
+
+    idle = (await service.jit(ss["id"], "idle")).json()
+    assert "job" not in await _connect_by_hand(service, idle["encodedJITConfig"])

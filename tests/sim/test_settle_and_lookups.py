@@ -4,8 +4,10 @@ the full computation would."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import anyio
 import jwt
 import pytest
 
@@ -14,7 +16,7 @@ from services.embedded.actions_sim.server import Simulator
 from services.embedded.actions_sim.settings import SimConfig
 from services.embedded.actions_sim.tokens import TokenError, TokenIssuer
 from services.embedded.actions_sim.views import JobSpec, SimSettings
-from services.embedded.actions_sim.world import ScopeRef, ServiceFault
+from services.embedded.actions_sim.world import RunnerRecord, ScopeRef, ServiceFault, World, compute_statistics
 from tests.fixtures.actions_sim import _app_key_pem
 from tests.sim.test_world import T0, connect_runner, drain, make_world
 
@@ -120,3 +122,112 @@ def test_started_jobs_count_against_capacity_and_come_back_when_their_scale_set_
     events = drain(world, other.id)
     assert [type(e).__name__ for e in events] == ["JobAssigned"] * 3
     assert [e.job_id for e in events] == [j.job_id for j in jobs]  # in queue order
+
+
+def _full_deadline(world: World) -> float | None:
+    """The next deadline computed from every session and open job (what the indexes stand for)."""
+    s = world.settings
+    times = [x.last_active + s.session_idle_timeout for x in world.sessions.values() if x.polls_in_flight == 0]
+    times += [
+        j.scale_set_assign_time + s.assign_timeout * (j.attempts + 1)
+        for j in world.open_jobs.values()
+        if j.state == "assigned" and j.scale_set_assign_time is not None
+    ]
+    return min(times) if times else None
+
+
+@pytest.mark.parametrize("mode", ["dotcom", "ghes"])
+@pytest.mark.parametrize("seed", range(6))
+def test_indexed_statistics_deadlines_and_dispatch_match_a_full_walk(mode: str, seed: int) -> None:
+    """Random job and runner traffic (issue 10: statistics, deadlines and dispatch come from
+    indexes kept with every change): after every step the statistics equal the count over every
+    open job and runner, the next deadline the minimum over every assigned job, and a settled
+    world leaves no ready job below capacity and no idle runner beside an assigned job waiting."""
+    rng = random.Random(seed)
+    world, tenant, ss = make_world(mode=mode, assign_timeout=5.0)
+    world.set_capacity(ss, 6)
+    now = T0
+    runners: list[RunnerRecord] = []
+    for step in range(400):
+        op = rng.random()
+        if op < 0.15:
+            world.enqueue_jobs(JobSpec(count=rng.randint(1, 3), labels=["linux"], duration=1), now=now)
+        elif op < 0.3:
+            runner = world.register_runner(tenant, ss, f"r{step}", f"t{step}", now=now)
+            runners.append(runner)
+            if rng.random() < 0.8:
+                world.runner_connect(runner, "2.330.0")
+        elif op < 0.45 and runners:
+            runner = rng.choice(runners)
+            job = world.runner_job(runner)
+            if job is not None and world.runners.get(runner.id) is runner:
+                if job.state == "assigned":
+                    world.job_started(runner, job.job_id, now=now)
+                else:
+                    world.job_completed(runner, job.job_id, "succeeded", now=now)
+        elif op < 0.52 and runners:
+            runner = rng.choice(runners)
+            if world.runners.get(runner.id) is runner:
+                world.runner_lost(runner, now=now)
+                if rng.random() < 0.5:
+                    world.runner_connect(runner, "2.330.0")
+        elif op < 0.58 and runners:
+            runner = rng.choice(runners)
+            if world.runners.get(runner.id) is runner and not runner.job_id:
+                world.remove_runner(tenant, runner.id)
+        elif op < 0.66:
+            ids = [j.runner_request_id for j in world.acquirable_jobs(ss)]
+            world.acquire_jobs(ss, rng.sample(ids, k=len(ids) // 2 + 1) if ids else [])
+        elif op < 0.72:
+            world.set_capacity(ss, rng.randint(0, 8))
+        elif op < 0.8:
+            now += rng.choice([0.5, 2.0, 6.0])  # past some assignment deadlines
+        else:
+            drain(world, ss)
+        assert world.next_deadline() == _full_deadline(world)
+        world.settle(now=now)
+        stats = world.statistics(ss)
+        assert stats == compute_statistics(ss, list(world.open_jobs.values()), list(world.runners.values()))
+        assert world.next_deadline() == _full_deadline(world)
+        jobs = list(world.open_jobs.values())
+        ready = "acquired" if mode == "ghes" else "queued"
+        capacity = world.scale_sets[ss].max_capacity or 0
+        if any(j.state == ready and j.scale_set_id == ss for j in jobs):
+            assert stats.total_assigned_jobs >= capacity
+        idle = [r for r in world.runners.values() if r.status == "idle"]
+        waiting = [j for j in jobs if j.state == "assigned" and j.runner_id is None]
+        assert not (idle and waiting)
+
+
+@pytest.mark.anyio
+async def test_a_runner_change_wakes_only_that_runners_job_poll() -> None:
+    """A job long-poll waits on its runner's own event (issue 10): a job handed to one runner
+    wakes that runner's poll, not every waiting runner's; a control call wakes them all."""
+    sim = Simulator(SimConfig(app_private_key_pem=_app_key_pem()))
+    tenant = sim.world.tenant_for(ScopeRef("org", sim.config.seed.orgs[0]))
+    scale_set = sim.world.create_scale_set(tenant.id, wire.ScaleSetRequest(name="linux"), now=sim.now())
+    first, second = (
+        sim.world.register_runner(tenant.id, scale_set.id, name, f"token-{name}", now=sim.now())
+        for name in ("first", "second")
+    )
+    for runner in (first, second):
+        assert sim.world.runner_connect(runner, "2.330.0")
+    sim.settle()
+    woken: list[str] = []
+
+    async def poll(runner: RunnerRecord) -> None:
+        await sim.wait_for_runner(runner.id, 30.0)
+        woken.append(runner.name)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(poll, first)
+        tg.start_soon(poll, second)
+        await anyio.wait_all_tasks_blocked()
+        sim.world.enqueue_jobs(JobSpec(count=1, labels=["linux"]), now=sim.now())
+        sim.settle()  # the job goes to the first idle runner
+        await anyio.wait_all_tasks_blocked()
+        assert sim.world.runner_job(first) is not None
+        assert woken == ["first"]
+        sim.settle(force=True)
+        await anyio.wait_all_tasks_blocked()
+        assert woken == ["first", "second"]

@@ -9,7 +9,8 @@ completed, and returns the exit code the runner container would have:
 - 1: the JIT config or the simulator's answers were unusable.
 
 Runner-side API (simulator-only, ``Authorization: Bearer <token from the JIT config>``):
-``POST /_runner/connect {"version"}`` → 200 / 403 outdated; ``GET /_runner/job?wait=S`` → 200
+``POST /_runner/connect {"version"}`` → 200 (with ``job`` when one is already handed to the runner:
+the first poll is skipped) / 403 outdated; ``GET /_runner/job?wait=S`` → 200
 job / 204 none yet / 404 removed; ``POST /_runner/jobs/{id}/started`` → 204 / 409 not yours;
 ``POST /_runner/jobs/{id}/completed {"result"}`` → 204; ``POST /_runner/disconnect`` → 204 (the
 process is going away: a started job ends canceled, the runner stays registered, offline).
@@ -109,7 +110,7 @@ async def _run(
     timeout: float,
     on_started: Callable[[views.RunnerJob], Awaitable[None]] | None,
 ) -> RunnerOutcome:
-    status, _ = await _request(http, "POST", "/_runner/connect", timeout=timeout, json=views.RunnerConnect(version))
+    status, raw = await _request(http, "POST", "/_runner/connect", timeout=timeout, json=views.RunnerConnect(version))
     if status == 403:
         log.info("runner rejected as outdated", runner=name, version=version)
         return RunnerOutcome(exit_code=EXIT_OUTDATED, reason="outdated", runner_name=name)
@@ -117,9 +118,13 @@ async def _run(
         return RunnerOutcome(exit_code=EXIT_OK, reason="removed", runner_name=name)
     if status != 200:
         raise _Unusable(f"connect answered HTTP {status}")
+    try:
+        first = msgspec.json.decode(raw, type=views.RunnerConnected).job
+    except msgspec.DecodeError:
+        raise _Unusable("connect answered an invalid body") from None
     finished = False
     try:
-        outcome = await _work(http, name, job_wait, timeout, on_started)
+        outcome = await _work(http, name, job_wait, timeout, on_started, first)
         finished = True
         return outcome
     finally:
@@ -134,25 +139,39 @@ async def _run(
                     pass
 
 
+async def _poll(http: aiohttp.ClientSession, job_wait: float, timeout: float) -> views.RunnerJob | RunnerOutcome | None:
+    """One job long-poll: the job, None (none yet), or the outcome "removed"."""
+    status, raw = await _request(http, "GET", f"/_runner/job?wait={job_wait}", timeout=job_wait + timeout)
+    if status == 204:
+        return None
+    if status == 404:
+        return RunnerOutcome(exit_code=EXIT_OK, reason="removed")
+    if status != 200:
+        raise _Unusable(f"job poll answered HTTP {status}")
+    try:
+        return msgspec.json.decode(raw, type=views.RunnerJob)
+    except msgspec.DecodeError:
+        raise _Unusable("job poll answered an invalid job") from None
+
+
 async def _work(
     http: aiohttp.ClientSession,
     name: str,
     job_wait: float,
     timeout: float,
     on_started: Callable[[views.RunnerJob], Awaitable[None]] | None,
+    first: views.RunnerJob | None = None,
 ) -> RunnerOutcome:
     while True:
-        status, raw = await _request(http, "GET", f"/_runner/job?wait={job_wait}", timeout=job_wait + timeout)
-        if status == 204:
+        answer: views.RunnerJob | RunnerOutcome | None = first
+        first = None
+        if answer is None:
+            answer = await _poll(http, job_wait, timeout)
+        if answer is None:
             continue
-        if status == 404:
-            return RunnerOutcome(exit_code=EXIT_OK, reason="removed", runner_name=name)
-        if status != 200:
-            raise _Unusable(f"job poll answered HTTP {status}")
-        try:
-            job = msgspec.json.decode(raw, type=views.RunnerJob)
-        except msgspec.DecodeError:
-            raise _Unusable("job poll answered an invalid job") from None
+        if isinstance(answer, RunnerOutcome):
+            return RunnerOutcome(exit_code=answer.exit_code, reason=answer.reason, runner_name=name)
+        job = answer
         status, _ = await _request(http, "POST", f"/_runner/jobs/{job.job_id}/started", timeout=timeout)
         if status == 409:
             continue  # the service took the job back (assignment timeout); wait for another

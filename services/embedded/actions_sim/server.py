@@ -98,11 +98,19 @@ class Simulator:
         self.registration_tokens: dict[str, tuple[ScopeRef, float]] = {}
         self._changed = anyio.Event()
         self._seen_generation = -1
+        # Job long-polls of runners wait on their runner's own event, set when the world reports
+        # that runner changed (or on a control call): a change wakes the runners it concerns, not
+        # every waiting runner (issue 10: O(waiting runners) wake-ups per change).
+        self._runner_events: dict[int, anyio.Event] = {}
         # What the last full settle saw: the world's generation and its next deadline. Settling
         # again before either moves changes nothing (issue 10: a settle walks every open job, and
         # every request settled, O(N²) in a burst).
         self._settled_generation = -1
         self._settle_due = 0.0
+        # The timer task sleeps until the settle deadline it last saw; it is woken only when the
+        # deadline comes earlier (issue 10: it woke, and settled, on every change of the world).
+        self._timer_due = float("inf")
+        self._due_moved = anyio.Event()
         self._settle_scheduled = False
         # Defence in depth: the simulator never logs credentials. Tokens it mints are not
         # registered (the process-wide secret set would grow with every runner).
@@ -125,11 +133,28 @@ class Simulator:
         self.world.settle(now=now)
         self._settled_generation = self.world.generation
         deadline = self.world.next_deadline()
-        self._settle_due = float("inf") if deadline is None else deadline
+        self._lower_due(float("inf") if deadline is None else deadline, replace=True)
+        if force:
+            self._due_moved.set()  # the clock or the settings may have moved: the timer looks again
         if self.world.generation != self._seen_generation:
             self._seen_generation = self.world.generation
             self._changed.set()
             self._changed = anyio.Event()
+        changed = self.world.changed_runners
+        if force:
+            changed.update(self._runner_events)
+        for runner_id in changed:
+            event = self._runner_events.pop(runner_id, None)
+            if event is not None:
+                event.set()
+        changed.clear()
+
+    def _lower_due(self, due: float, *, replace: bool = False) -> None:
+        """A new settle deadline (``replace``: the world's next one, else an earlier candidate);
+        wakes the timer task when it comes before what the task sleeps until."""
+        self._settle_due = due if replace else min(self._settle_due, due)
+        if self._settle_due < self._timer_due:
+            self._due_moved.set()
 
     def _settle_soon(self) -> None:
         """Settle once the requests handled in this turn of the event loop are done: callbacks run
@@ -148,12 +173,23 @@ class Simulator:
         with anyio.move_on_after(max(timeout, 0.0)):
             await event.wait()
 
+    async def wait_for_runner(self, runner_id: int, timeout: float) -> None:
+        """Until the world reports a change of this runner (or a control call), at most ``timeout``."""
+        event = self._runner_events.get(runner_id)
+        if event is None:
+            event = self._runner_events[runner_id] = anyio.Event()
+        with anyio.move_on_after(max(timeout, 0.0)):
+            await event.wait()
+
     async def run_timers(self) -> None:
-        """Settle at the world's next deadline (assignment timeouts, session expiry) or on change."""
+        """Settle at the world's next deadline (assignment timeouts, session expiry); woken early
+        when a settle finds an earlier deadline or after a control call."""
         while True:
             self.settle()
             wait = min(max(self._settle_due - self.now(), 0.01), 5.0)
-            await self.wait_for_change(wait)
+            self._timer_due, self._due_moved = self.now() + wait, anyio.Event()
+            with anyio.move_on_after(wait):
+                await self._due_moved.wait()
 
     def reset(self) -> None:
         self.world.settings = msgspec.structs.replace(self.config.settings)
@@ -524,7 +560,7 @@ class Simulator:
             session.polls_in_flight -= 1
             session.last_active = self.now()
             if session.polls_in_flight == 0:  # its idle expiry counts again: a deadline the generation does not record
-                self._settle_due = min(self._settle_due, session.last_active + self.world.settings.session_idle_timeout)
+                self._lower_due(session.last_active + self.world.settings.session_idle_timeout)
 
     async def delete_message(self, request: web.Request) -> web.Response:
         session = self.queue_session(request)
@@ -589,8 +625,15 @@ class Simulator:
                 ),
                 403,
             )
+        self.settle()  # a job waiting for an idle runner goes to this one now, in this answer
+        job = self.world.runner_job(runner)
         return _json(
-            views.RunnerConnected(runner_id=runner.id, runner_name=runner.name, scale_set_id=runner.scale_set_id)
+            views.RunnerConnected(
+                runner_id=runner.id,
+                runner_name=runner.name,
+                scale_set_id=runner.scale_set_id,
+                job=_runner_job_view(job) if job is not None else None,
+            )
         )
 
     async def runner_job(self, request: web.Request) -> web.Response:
@@ -610,20 +653,11 @@ class Simulator:
                 )
             job = self.world.runner_job(runner)
             if job is not None:
-                return _json(
-                    views.RunnerJob(
-                        job_id=job.job_id,
-                        runner_request_id=job.runner_request_id,
-                        duration=job.duration,
-                        result=job.result,
-                        repository=f"{job.owner}/{job.repository}",
-                        workflow_ref=job.workflow_ref,
-                    )
-                )
+                return _json(_runner_job_view(job))
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 return web.Response(status=204)
-            await self.wait_for_change(remaining)
+            await self.wait_for_runner(runner.id, remaining)
 
     async def runner_job_started(self, request: web.Request) -> web.Response:
         runner = self.runner_from_token(request)
@@ -999,6 +1033,15 @@ def _fault_response(rule: views.FaultRule) -> web.Response:
             wire.service_error(exception_name("InjectedFaultException"), f"injected fault: HTTP {rule.status}")
         )
     return web.Response(status=rule.status, body=body or None, headers=headers)
+
+
+_RUNNER_JOB_FIELDS = ("job_id", "runner_request_id", "duration", "result", "workflow_ref")
+
+
+def _runner_job_view(job: Any) -> views.RunnerJob:
+    """What a runner is told of its job (the job poll's answer, and the connect answer's job)."""
+    fields = {name: getattr(job, name) for name in _RUNNER_JOB_FIELDS}
+    return views.RunnerJob(repository=f"{job.owner}/{job.repository}", **fields)
 
 
 def _safe_headers(request: web.Request) -> dict[str, str]:

@@ -236,10 +236,13 @@ class RunnerConnect(msgspec.Struct):
     version: str
 
 
-class RunnerConnected(msgspec.Struct, kw_only=True):
+class RunnerConnected(msgspec.Struct, kw_only=True, omit_defaults=True):
     runner_id: int
     runner_name: str
     scale_set_id: int
+    job: RunnerJob | None = None
+    """The job already handed to the runner, as ``GET /_runner/job`` would answer it (the runner
+    skips that poll; issue 10: a request per runner saved on both sides)."""
 
 
 class RunnerRejected(msgspec.Struct, kw_only=True):

@@ -11,6 +11,8 @@ Assumptions where the real service is not observable (research §9) are marked "
 
 from __future__ import annotations
 
+import functools
+import heapq
 import itertools
 import uuid
 from datetime import UTC, datetime
@@ -111,6 +113,7 @@ def is_outdated(version: str, minimum: str) -> bool:
     return have is None or have < need
 
 
+@functools.lru_cache(maxsize=4096)  # the jobs of a burst share their times (issue 10: 4 per event)
 def rfc3339(t: float | None) -> str:
     """.NET-style time with 7 fractional digits, as the service sends; ZERO_TIME when unset."""
     if t is None:
@@ -163,6 +166,7 @@ class JobRecord(msgspec.Struct, kw_only=True):
     scale_set_assign_time: float | None = None
     runner_assign_time: float | None = None
     finish_time: float | None = None
+    seq: int = 0  # creation order: the order settle treats jobs in
 
 
 class RunnerRecord(msgspec.Struct, kw_only=True):
@@ -254,14 +258,25 @@ class World:
         self.tenants: dict[int, Tenant] = {}
         self.scale_sets: dict[int, ScaleSetRecord] = {}
         self.jobs: dict[str, JobRecord] = {}
-        self.open_jobs: dict[str, JobRecord] = {}  # not completed: all that settle and statistics look at
-        # The open jobs settle walks: every open job not started, in open_jobs' order, plus some
-        # started or closed ones it drops as it meets them (issue 10: started jobs, most of a
-        # burst, need nothing from settle, and walking them made every settle O(all jobs)).
-        # ``_unstarted_stale``: a started job went back to the queue; rebuilt before the next walk.
-        self._unstarted: dict[str, JobRecord] = {}
-        self._unstarted_stale = False
+        self.open_jobs: dict[str, JobRecord] = {}  # not completed
+        # Indexes kept with every change of a job or runner (issue 10: settle, its deadline and
+        # the statistics of every message walked every open job and runner, O(N) per request).
+        # Open jobs by (scale set or None, state); statistics are their sizes.
+        self._by_state: dict[tuple[int | None, str], dict[str, JobRecord]] = {}
+        # Assigned jobs waiting for a runner, per scale set: a heap of (seq, job id), checked when
+        # popped (an entry whose job moved on is dropped).
+        self._waiting: dict[int, list[tuple[int, str]]] = {}
+        # Assignment deadlines: per attempt count a heap of (assign time, seq, job id), checked
+        # when looked at; the deadline is assign time + assign_timeout × (attempts + 1).
+        self._deadlines: dict[int, list[tuple[float, int, str]]] = {}
+        self._job_seq = itertools.count(1)
         self.runners: dict[int, RunnerRecord] = {}
+        # Per scale set: registered and busy runner counts, and the idle runners by id.
+        self._runner_counts: dict[int, list[int]] = {}
+        self._idle: dict[int, dict[int, RunnerRecord]] = {}
+        # Runners whose status, job or registration changed since the shell last looked: it wakes
+        # only their job long-polls, not every runner's (issue 10).
+        self.changed_runners: set[int] = set()
         # Lookup hints by token and by (tenant, name), checked against ``runners`` on every use (a
         # removed runner's entry is stale, never trusted): runner-side calls and registrations no
         # longer scan every runner (issue 10).
@@ -279,6 +294,65 @@ class World:
 
     def touch(self) -> None:
         self.generation += 1
+
+    # -- indexes -------------------------------------------------------------------------------
+    # Every change of an open job's state, scale set or runner goes _unindex → change → _index;
+    # every change of a runner's status or job, or its removal, _runner_out → change → _runner_in.
+
+    def _index(self, job: JobRecord) -> None:
+        if job.job_id not in self.open_jobs:
+            return
+        self._by_state.setdefault((job.scale_set_id, job.state), {})[job.job_id] = job
+        if job.state == "assigned" and job.scale_set_id is not None:
+            if job.runner_id is None:
+                heapq.heappush(self._waiting.setdefault(job.scale_set_id, []), (job.seq, job.job_id))
+            if job.scale_set_assign_time is not None:
+                entry = (job.scale_set_assign_time, job.seq, job.job_id)
+                heapq.heappush(self._deadlines.setdefault(job.attempts, []), entry)
+
+    def _unindex(self, job: JobRecord) -> None:
+        jobs = self._by_state.get((job.scale_set_id, job.state))
+        if jobs is not None:
+            jobs.pop(job.job_id, None)
+
+    def _jobs_in(self, scale_set_id: int | None, state: str) -> dict[str, JobRecord]:
+        return self._by_state.get((scale_set_id, state), {})
+
+    def _runner_in(self, runner: RunnerRecord) -> None:
+        if self.runners.get(runner.id) is not runner:
+            return
+        counts = self._runner_counts.setdefault(runner.scale_set_id, [0, 0])
+        counts[0] += 1
+        if runner.job_id:
+            counts[1] += 1
+        if runner.status == "idle":
+            self._idle.setdefault(runner.scale_set_id, {})[runner.id] = runner
+
+    def _runner_out(self, runner: RunnerRecord) -> None:
+        if self.runners.get(runner.id) is not runner:
+            return
+        self.changed_runners.add(runner.id)
+        counts = self._runner_counts[runner.scale_set_id]
+        counts[0] -= 1
+        if runner.job_id:
+            counts[1] -= 1
+        self._idle.get(runner.scale_set_id, {}).pop(runner.id, None)
+
+    def _due(self, attempts: int, heap: list[tuple[float, int, str]]) -> tuple[float, JobRecord] | None:
+        """The earliest assignment deadline of this attempt count: (deadline, job); stale heap
+        entries on top are dropped."""
+        while heap:
+            at, _, job_id = heap[0]
+            job = self.open_jobs.get(job_id)
+            if (
+                job is not None
+                and job.state == "assigned"
+                and job.attempts == attempts
+                and job.scale_set_assign_time == at
+            ):
+                return at + self.settings.assign_timeout * (attempts + 1), job
+            heapq.heappop(heap)
+        return None
 
     # -- tenants -------------------------------------------------------------------------------
 
@@ -400,12 +474,15 @@ class World:
         self.queues.pop(scale_set_id, None)
         for sid in [s.session_id for s in self.sessions.values() if s.scale_set_id == scale_set_id]:
             del self.sessions[sid]
-        for rid in [r.id for r in self.runners.values() if r.scale_set_id == scale_set_id]:
-            del self.runners[rid]
+        for runner in [r for r in self.runners.values() if r.scale_set_id == scale_set_id]:
+            self._runner_out(runner)
+            del self.runners[runner.id]
         for job in self.open_jobs.values():
             if job.scale_set_id == scale_set_id:
+                self._unindex(job)
                 _requeue(job)
-        self._unstarted_stale = True
+                self._index(job)
+        self._waiting.pop(scale_set_id, None)
         self.touch()
 
     # -- sessions ------------------------------------------------------------------------------
@@ -458,7 +535,18 @@ class World:
             self.touch()
 
     def statistics(self, scale_set_id: int) -> wire.Statistics:
-        return compute_statistics(scale_set_id, list(self.open_jobs.values()), list(self.runners.values()))
+        """As :func:`compute_statistics` over every open job and runner, from the indexes."""
+        assigned, started = len(self._jobs_in(scale_set_id, "assigned")), len(self._jobs_in(scale_set_id, "started"))
+        registered, busy = self._runner_counts.get(scale_set_id, (0, 0))
+        return wire.Statistics(
+            total_available_jobs=len(self._jobs_in(scale_set_id, "available")),
+            total_acquired_jobs=len(self._jobs_in(scale_set_id, "acquired")),
+            total_assigned_jobs=assigned + started,
+            total_running_jobs=started,
+            total_registered_runners=registered,
+            total_busy_runners=busy,
+            total_idle_runners=registered - busy,
+        )
 
     def next_message(self, scale_set_id: int, last_message_id: int) -> StoredMessage | None:
         """Q1 without the wait: the oldest unacked message newer than ``last_message_id``, else a
@@ -580,10 +668,11 @@ class World:
                 duration=spec.duration,
                 result=spec.result,
                 queue_time=now,
+                seq=next(self._job_seq),
             )
             self.jobs[job.job_id] = job
             self.open_jobs[job.job_id] = job
-            self._unstarted[job.job_id] = job
+            self._index(job)
             created.append(job)
         self.touch()
         return created
@@ -603,16 +692,18 @@ class World:
         """J1: available jobs of this scale set among ``request_ids`` become acquired."""
         wanted = set(request_ids)
         acquired = []
-        for job in self.open_jobs.values():
-            if job.scale_set_id == scale_set_id and job.state == "available" and job.runner_request_id in wanted:
+        for job in self.acquirable_jobs(scale_set_id):
+            if job.runner_request_id in wanted:
+                self._unindex(job)
                 job.state = "acquired"
+                self._index(job)
                 acquired.append(job.runner_request_id)
         if acquired:
             self.touch()
         return acquired
 
     def acquirable_jobs(self, scale_set_id: int) -> list[JobRecord]:
-        return [j for j in self.open_jobs.values() if j.scale_set_id == scale_set_id and j.state == "available"]
+        return sorted(self._jobs_in(scale_set_id, "available").values(), key=_seq)
 
     # -- runners -------------------------------------------------------------------------------
 
@@ -635,6 +726,7 @@ class World:
             created_on=now,
         )
         self.runners[runner.id] = runner
+        self._runner_in(runner)
         self._runner_by_token[token] = runner
         self._runner_by_name[(tenant_id, name)] = runner
         self._forget_stale_hints()
@@ -674,6 +766,7 @@ class World:
                 exception_name("JobStillRunningException", _DT),
                 f"Runner {runner.name} is running job {runner.job_id} and cannot be removed.",
             )
+        self._runner_out(runner)
         del self.runners[runner_id]
         self.touch()
 
@@ -686,14 +779,18 @@ class World:
     def runner_connect(self, runner: RunnerRecord, version: str) -> bool:
         """A runner process comes online. False: rejected as outdated (it stays registered)."""
         runner.version = version
-        if is_outdated(version, self.settings.min_runner_version):
-            runner.status = "outdated"
+        self._runner_out(runner)
+        try:
+            if is_outdated(version, self.settings.min_runner_version):
+                runner.status = "outdated"
+                self.touch()
+                return False
+            if runner.status in ("offline", "outdated"):
+                runner.status = "busy" if runner.job_id else "idle"
             self.touch()
-            return False
-        if runner.status in ("offline", "outdated"):
-            runner.status = "busy" if runner.job_id else "idle"
-        self.touch()
-        return True
+            return True
+        finally:
+            self._runner_in(runner)
 
     def runner_job(self, runner: RunnerRecord) -> JobRecord | None:
         job = self.jobs.get(runner.job_id) if runner.job_id else None
@@ -710,13 +807,16 @@ class World:
     def job_started(self, runner: RunnerRecord, job_id: str, *, now: float) -> JobRecord:
         job = self._runner_job_or_conflict(runner, job_id)
         if job.state == "assigned":  # idempotent: a repeated report changes nothing
+            self._unindex(job)
             job.state = "started"
+            self._index(job)
             self._emit(job, self._event(wire.JobStarted, job, runner_id=runner.id, runner_name=runner.name))
         return job
 
     def job_completed(self, runner: RunnerRecord, job_id: str, result: str, *, now: float) -> JobRecord:
         """The runner finished; it is ephemeral, so it deregisters."""
         job = self._runner_job_or_conflict(runner, job_id)
+        self._unindex(job)
         job.state, job.finish_time = "completed", now
         job.final_result = result or job.result
         self.open_jobs.pop(job.job_id, None)
@@ -724,6 +824,7 @@ class World:
             job,
             self._event(wire.JobCompleted, job, result=job.final_result, runner_id=runner.id, runner_name=runner.name),
         )
+        self._runner_out(runner)
         self.runners.pop(runner.id, None)
         self.touch()
         return job
@@ -733,6 +834,8 @@ class World:
         job handed over but not started goes back to waiting for another runner. The runner
         stays registered, offline, until removed (as a dead runner does on GitHub)."""
         job = self.runner_job(runner)
+        if job is not None:
+            self._unindex(job)
         if job is not None and job.state == "started":
             job.state, job.finish_time, job.final_result = "completed", now, "canceled"
             self.open_jobs.pop(job.job_id, None)
@@ -742,9 +845,12 @@ class World:
             )
         elif job is not None:
             job.runner_id, job.runner_name, job.runner_assign_time = None, "", None
+            self._index(job)
+        self._runner_out(runner)
         runner.job_id = ""
         if runner.status != "outdated":
             runner.status = "offline"
+        self._runner_in(runner)
         self.touch()
 
     # -- time and the job pipeline -------------------------------------------------------------
@@ -752,34 +858,33 @@ class World:
     def settle(self, *, now: float) -> None:
         """Advance everything that follows from the current state and time: session expiry,
         assignment timeouts, routing jobs to scale sets, assignment within capacity, and handing
-        assigned jobs to idle connected runners."""
+        assigned jobs to idle connected runners.
+
+        Only the jobs that need something are looked at (issue 10): those whose assignment
+        deadline passed and those not routed yet, in creation order, then per scale set the jobs
+        ready for assignment and, while runners are idle, the assigned jobs waiting for one."""
         s = self.settings
         for session in list(self.sessions.values()):
             if session.polls_in_flight == 0 and now - session.last_active > s.session_idle_timeout:
                 del self.sessions[session.session_id]
                 self.touch()
-        by_scale_set: dict[int, list[JobRecord]] = {i: [] for i in self.scale_sets}
-        if self._unstarted_stale:
-            self._unstarted = {k: j for k, j in self.open_jobs.items() if j.state != "started"}
-            self._unstarted_stale = False
-        for job in list(self._unstarted.values()):
-            if job.state == "started" or job.job_id not in self.open_jobs:
-                del self._unstarted[job.job_id]  # nothing for settle to do (started jobs stay started)
-                continue
+        work = dict(self._jobs_in(None, "queued"))
+        for attempts, heap in self._deadlines.items():
+            while (due := self._due(attempts, heap)) is not None and now >= due[0]:
+                heapq.heappop(heap)
+                work[due[1].job_id] = due[1]
+        for job in sorted(work.values(), key=_seq):
             if (
                 job.state == "assigned"
                 and job.scale_set_assign_time is not None
                 and now >= job.scale_set_assign_time + s.assign_timeout * (job.attempts + 1)
             ):
                 self._cancel_assignment(job, now=now)
-            if job.state == "queued" and job.scale_set_id is None:
+            if job.state == "queued" and job.scale_set_id is None and job.job_id in self.open_jobs:
                 self._route(job)
-            if job.scale_set_id in by_scale_set:
-                by_scale_set[job.scale_set_id].append(job)
         for scale_set in self.scale_sets.values():
-            mine = by_scale_set[scale_set.id]
-            self._assign(scale_set, mine, now=now)
-            self._dispatch(scale_set, mine, now=now)
+            self._assign(scale_set, now=now)
+            self._dispatch(scale_set, now=now)
 
     def _cancel_assignment(self, job: JobRecord, *, now: float) -> None:
         """Nobody started it in time: JobCompleted(canceled), then requeue (up to 3 times)."""
@@ -795,8 +900,11 @@ class World:
             ),
         )
         if runner is not None:
+            self._runner_out(runner)
             runner.job_id = ""
             runner.status = "idle" if runner.status == "busy" else runner.status
+            self._runner_in(runner)
+        self._unindex(job)
         job.attempts += 1
         if job.attempts > MAX_REASSIGNMENTS:
             job.state, job.final_result, job.finish_time = "completed", "canceled", now
@@ -804,60 +912,79 @@ class World:
             self.open_jobs.pop(job.job_id, None)
         else:
             _requeue(job)
+            self._index(job)
         self.touch()
 
     def _route(self, job: JobRecord) -> None:
         # Assumption: with several matching scale sets, the oldest (lowest id) takes the job.
         for scale_set in sorted(self.scale_sets.values(), key=lambda x: x.id):
             if self._covers(scale_set, job):
+                self._unindex(job)
                 job.scale_set_id = scale_set.id
                 if self.settings.mode == "ghes":
                     job.state = "available"
                     base = self.tenants[scale_set.tenant_id].service_url
                     url = f"{base}_apis/runtime/runnerscalesets/{scale_set.id}/acquirejobs"
                     self._emit(job, self._event(wire.JobAvailable, job, acquire_job_url=url))
+                self._index(job)
                 self.touch()
                 return
 
-    def _assign(self, scale_set: ScaleSetRecord, mine: list[JobRecord], *, now: float) -> None:
+    def _assign(self, scale_set: ScaleSetRecord, *, now: float) -> None:
         ready_state = "acquired" if self.settings.mode == "ghes" else "queued"
-        ready = [j for j in mine if j.state == ready_state]
-        if not ready:
+        if not self._jobs_in(scale_set.id, ready_state):
             return
         active = 0
         if scale_set.max_capacity is not None:
-            # ``mine`` holds no started jobs: they are counted among all open jobs.
-            active = sum(1 for j in mine if j.state == "assigned") + sum(
-                1 for j in self.open_jobs.values() if j.scale_set_id == scale_set.id and j.state == "started"
-            )
-        for job in ready:
+            active = len(self._jobs_in(scale_set.id, "assigned")) + len(self._jobs_in(scale_set.id, "started"))
+            if active >= scale_set.max_capacity:
+                return
+        for job in sorted(self._jobs_in(scale_set.id, ready_state).values(), key=_seq):
             # X-ScaleSetMaxCapacity caps assigned jobs; 0 pauses assignment (assumption, §9.5).
             if scale_set.max_capacity is not None and active >= scale_set.max_capacity:
                 return
+            self._unindex(job)
             job.state, job.scale_set_assign_time = "assigned", now
+            self._index(job)
             active += 1
             self._emit(job, self._event(wire.JobAssigned, job))
 
-    def _dispatch(self, scale_set: ScaleSetRecord, mine: list[JobRecord], *, now: float) -> None:
-        waiting = [j for j in mine if j.state == "assigned" and j.runner_id is None]
-        if not waiting:
+    def _dispatch(self, scale_set: ScaleSetRecord, *, now: float) -> None:
+        idle = self._idle.get(scale_set.id)
+        waiting = self._waiting.get(scale_set.id)
+        if not idle or not waiting:
             return
-        idle = [r for r in self.runners.values() if r.scale_set_id == scale_set.id and r.status == "idle"]
-        for job, runner in zip(waiting, idle, strict=False):
+        for runner in sorted(idle.values(), key=lambda r: r.id):
+            job = None
+            while waiting:
+                _, job_id = heapq.heappop(waiting)
+                job = self.open_jobs.get(job_id)
+                if (
+                    job is not None
+                    and job.state == "assigned"
+                    and job.runner_id is None
+                    and job.scale_set_id == scale_set.id
+                ):
+                    break
+                job = None
+            if job is None:
+                return
+            self._runner_out(runner)
             job.runner_id, job.runner_name, job.runner_assign_time = runner.id, runner.name, now
             runner.job_id, runner.status = job.job_id, "busy"
+            self._runner_in(runner)
             self.touch()
 
     def next_deadline(self) -> float | None:
         """The earliest time at which :meth:`settle` would change something by itself."""
         s = self.settings
         times = [x.last_active + s.session_idle_timeout for x in self.sessions.values() if x.polls_in_flight == 0]
-        times += [
-            j.scale_set_assign_time + s.assign_timeout * (j.attempts + 1)
-            for j in self._unstarted.values()  # every assigned job is there (assigned is never started)
-            if j.state == "assigned" and j.scale_set_assign_time is not None and j.job_id in self.open_jobs
-        ]
+        times += [due[0] for attempts, heap in self._deadlines.items() if (due := self._due(attempts, heap))]
         return min(times) if times else None
+
+
+def _seq(job: JobRecord) -> int:
+    return job.seq
 
 
 def _requeue(job: JobRecord) -> None:

@@ -76,6 +76,9 @@ class NodeSimConfig(msgspec.Struct, kw_only=True):
     # first container to start (or to fail, or anything else worth reporting) at most this long
     # (issue 10: scheduled, IP and running were up to three writes per pod in a burst).
     start_status_delay: float = 1.0
+    # After the binding, the first status write waits this long for the watch to bring the bound
+    # pod (the version to write on) before reading it with a GET (issue 10: a GET per pod in a burst).
+    bound_watch_wait: float = 1.0
     watch_timeout: int = 300
     node_labels: dict[str, str] = msgspec.field(default_factory=dict)
     # The Node object and its heartbeats (wherever the server serves nodes); see heartbeat.py.
@@ -474,8 +477,9 @@ class PodWorker:
                 self.log.warning("binding failed", error=str(exc))
                 await self._wait(changed, self.cfg.retry_interval)
                 continue
-            self.pod = {**self.pod, "spec": {**model.spec(self.pod), "nodeName": self.node.node_name}}
-            self._read_before_write = True  # the binding changed the pod: this copy's version is old
+            if model.spec(self.pod).get("nodeName") != self.node.node_name:  # the watch has not brought it yet
+                self.pod = {**self.pod, "spec": {**model.spec(self.pod), "nodeName": self.node.node_name}}
+                self._read_before_write = True  # the binding changed the pod: this copy's version is old
             await self._event(
                 "Normal",
                 "Scheduled",
@@ -946,6 +950,11 @@ class PodWorker:
         assert self.node.kube is not None
         async with self._write_lock:
             backoff = 0.2
+            if self._read_before_write:
+                # The watch brings the bound pod shortly (update() clears the flag): wait for it.
+                with anyio.move_on_after(self.cfg.bound_watch_wait):
+                    while self._read_before_write and not self.gone.is_set():
+                        await self._arm().wait()
             read_first = self._read_before_write
             while self._dirty.is_set() and not self.gone.is_set():
                 self._dirty = anyio.Event()

@@ -112,3 +112,22 @@ def test_timeline_starts_afresh_when_a_generated_name_is_used_again() -> None:
     assert (tl.pod_added["r-abcde"], tl.pod_running["r-abcde"]) == (3.0, 4.0)
     tl.relisted("pods", set(), 5.0)  # a relist without it: gone meanwhile
     assert tl.pods_running() == 0
+
+
+def test_each_replacement_pairs_with_the_earliest_runner_gone_before_it_was_created() -> None:
+    gones = [10.0, 10.5, 12.0]
+    created = {"up": 9.0, "a": 10.2, "b": 11.0, "c": 11.5, "d": 12.1}
+    pod_added = {"a": 10.4, "b": 11.3, "d": 12.2}  # c: no pod yet
+    running = {"a": 11.0, "b": 11.4}  # d: pod not Running yet
+    handed = {"a": 11.25, "b": 11.35}  # b asked before its Running status was written
+    chain = fig.replacement_chain(gones, created, pod_added, running, handed)
+    # "up" was created before any runner was gone (a scale-up); "c" found 10.0 and 10.5 taken.
+    assert [(r.name, r.gone) for r in chain] == [("a", 10.0), ("b", 10.5), ("d", 12.0)]
+    assert chain[2] == fig.Replacement("d", 12.0, 12.1, 12.2, None, None)
+    stages = fig.chain_stages(chain)
+    assert stages["gone→created"] == pytest.approx([0.2, 0.5, 0.1])
+    assert stages["created→pod"] == pytest.approx([0.2, 0.3, 0.1])
+    assert stages["pod→running"] == pytest.approx([0.6, 0.1])
+    assert stages["running→handed"] == pytest.approx([0.25, 0.0])
+    assert stages["gone→running"] == pytest.approx([1.0, 0.9])
+    assert fig.chain_stages([]) == {k: [] for k in stages}
