@@ -4,7 +4,9 @@ ARC reads the GitHub secret live on every reconcile that needs credentials and c
 per credentials/URL/namespace/proxy/CA. The pool does the same:
 
 - every :meth:`ActionsClientPool.get` reads the Secret (and the proxy credential Secrets and the
-  TLS ConfigMap, when configured) with an uncached GET;
+  TLS ConfigMap, when configured) with an uncached GET, or takes the result of such a read that
+  began after the call did (concurrent callers of one key share one read: it is as fresh as their
+  own would have been, so a rotation made before a call is still seen by it);
 - the client is rebuilt when any of their resourceVersions changed (a rotated token or key is used
   at once), and the replaced client is closed;
 - :meth:`close` (called by the worker runtime on shutdown) closes every client.
@@ -66,6 +68,7 @@ class PoolKey:
 class _Entry:
     fingerprint: tuple[str, ...]  # resourceVersions the client was built from
     client: ActionsClient
+    read_started: float = float("-inf")  # clock() when the reads behind ``fingerprint`` began
 
 
 def proxy_url_for(config_url: str, proxy: ProxyConfig | None, credentials: Mapping[str, tuple[str, str]]) -> str | None:
@@ -113,7 +116,9 @@ class ActionsClientPool:
         self._entries: dict[PoolKey, _Entry] = {}
         self._locks: dict[PoolKey, anyio.Lock] = {}
         self._closed = False
+        self._clock = anyio.current_time
         self.builds = 0  # how many clients were built (tests, metrics)
+        self.reads = 0  # how many times the credentials were read (tests)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -149,7 +154,13 @@ class ActionsClientPool:
             msgspec.json.encode(tls) if tls else b"",
         )
         lock = self._locks.setdefault(key, anyio.Lock())
+        arrived = self._clock()
         async with lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.read_started >= arrived:
+                return entry.client  # read after this call began: as fresh as our own read
+            read_started = self._clock()
+            self.reads += 1
             secret = await self._secret(namespace, secret_name)
             fingerprint = [secret.metadata.resource_version]
             proxy_creds: dict[str, tuple[str, str]] = {}
@@ -172,8 +183,8 @@ class ActionsClientPool:
                 if not root_ca:
                     raise ActionsCredentialsUnavailable(namespace, f"ConfigMap {ref.name}", f"has no key {ref.key!r}")
             fp = tuple(fingerprint)
-            entry = self._entries.get(key)
             if entry is not None and entry.fingerprint == fp:
+                entry.read_started = read_started
                 return entry.client
             try:
                 creds = credentials_from_secret({k: v for k in SECRET_KEYS if (v := secret.decoded(k)) is not None})
@@ -193,7 +204,7 @@ class ActionsClientPool:
             except ActionsError as exc:
                 raise ActionsCredentialsUnavailable(namespace, "githubConfigUrl / TLS / proxy", str(exc)) from None
             self.builds += 1
-            self._entries[key] = _Entry(fp, client)
+            self._entries[key] = _Entry(fp, client, read_started)
             if entry is not None:
                 log.info("GitHub credentials changed; Actions client rebuilt", namespace=namespace, secret=secret_name)
                 await entry.client.close()
