@@ -8,8 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
-from shared.kube import ObjectKey
 from shared.api import ObjectMeta
+from shared.kube import ObjectKey
 from shared.kube.objects import Secret
 from shared.worker import ActionsClientPool
 from tests.support.eventually import eventually
