@@ -745,10 +745,13 @@ async def _connect(settings: BusSettings, name: str) -> NatsClient:
     try:
         with anyio.fail_after(settings.connect_timeout):
             await nc.connect(**options)
-    except (TimeoutError, OSError, nats.errors.Error) as exc:
+    except BaseException as exc:
+        # Closed on every way out, cancellation too: a half-made client left open leaks its socket.
         last = nc.last_error or exc
         with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
             await nc.close()
+        if not isinstance(exc, (TimeoutError, OSError, nats.errors.Error)):
+            raise
         raise BusUnavailable(
             f"cannot connect to NATS at {', '.join(redact_url(u) for u in settings.nats_urls)} "
             f"within {settings.connect_timeout}s: {_connect_failure(last)}"
