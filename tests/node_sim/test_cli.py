@@ -57,21 +57,26 @@ async def test_cli_runs_pods_and_stops_on_sigterm(
 
 
 def test_cli_defers_full_garbage_collections(tmp_path: Path) -> None:
-    """Issue 10: a full collection walks every pod the node holds; the process makes them rare
-    (GC_THRESHOLDS), only the process: a node sim run in-process leaves the host's settings alone."""
+    """Issue 10: a full collection walks every pod the node holds; the process makes collections
+    rare (GC_THRESHOLDS) and freezes what its set-up imported out of them, only the process: a node
+    sim run in-process leaves the host's settings alone."""
     from services.embedded.node_sim.__main__ import GC_THRESHOLDS
 
     missing = tmp_path / "no-kubeconfig"
     probe = (
         "import gc\n"
         "from services.embedded.node_sim.__main__ import main\n"
-        "print(gc.get_threshold(), flush=True)\n"
+        "print(gc.get_threshold(), gc.get_freeze_count(), flush=True)\n"
         "try:\n"
         f"    main(['--kubeconfig', {str(missing)!r}, '--log-level', 'error'])\n"
         "finally:\n"
         "    print(gc.get_threshold(), flush=True)\n"
+        "    print(gc.get_freeze_count(), flush=True)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
-    assert out.stdout.strip().splitlines()[0] == str(gc.get_threshold())  # importing changes nothing
-    assert out.stdout.strip().splitlines()[-1] == str(GC_THRESHOLDS)
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == f"{gc.get_threshold()} 0"  # importing changes nothing
+    assert lines[-2] == str(GC_THRESHOLDS)
+    assert int(lines[-1]) > 10_000  # the modules, classes and functions of its set-up are frozen
+    assert GC_THRESHOLDS[0] > 700  # young collections rarer than CPython's default
     assert GC_THRESHOLDS[2] > 10  # full collections deferred beyond CPython's default

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import signal
 import sys
 
+from services.embedded.gc_tuning import tune_gc
 from shared.log import get_logger
 
 log = get_logger("services.embedded.apiserver")
@@ -59,20 +59,12 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The cyclic garbage collector's thresholds for the emulator process (Python's default: 700, 10, 10).
-GC_THRESHOLDS = (50_000, 20, 100)
-
-
 def _tune_gc() -> None:
     """The store keeps every object as a tree of dicts and lists: with Python's default thresholds
     the cyclic collector ran every few requests and each full collection walked every stored
     object (issue 10: about a tenth of the emulator's CPU in a burst of 1,000, though stored JSON
-    holds no cycles). What exists once the server is up is frozen out of collections, and
-    collections run after 50,000 net allocations instead of 700: the garbage cycles of requests
-    (futures, exceptions) are still collected."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    holds no cycles): services/embedded/gc_tuning.py."""
+    tune_gc()
 
 
 def main(argv: list[str]) -> int:
