@@ -14,7 +14,16 @@ disturbed by the shared machine's load than wall time).
 
 The growth ratio is t(N)/N relative to t(300)/300: 1.0 is linear growth; issue 10 measured
 t ≈ 0.065·N + 4.5e-5·N² s, a ratio of ~2.5 at 3,000. The machine's load average is printed with the
-results: the machine is shared.
+results: the machine is shared. Beside it, the same ratio on the stack's CPU seconds per runner
+(what the processes spent, far less disturbed by the other sessions' load than wall time) and the
+burst's shape: the first pod Running (the fixed latency, which weighs 10× more per runner at 300
+than at 3,000) and the steady rate from the 10th to the 90th percentile pod.
+
+Every N measures the same thing: the clock starts when the jobs are queued, the stack's CPU is
+counted from the same moment, and the burst starts only once the stack is quiet (its processes
+together below a fifth of a core for a second, at most 30 s after the listener's session opened):
+the workers' start-up (initial lists, lease acquisition) is not counted at one N and not at
+another (figures in tests/bench/burst_figures.py).
 """
 
 from __future__ import annotations
@@ -36,11 +45,15 @@ from services.embedded.demo.__main__ import DemoOptions, run_demo
 from services.embedded.demo.cluster import DemoKube
 from shared.kube import PODS, Change, ChangeType, Informer
 from shared.kube.objects import Pod
+from tests.bench import burst_figures as fig
 from tests.bench.bench_e2e import _sim
 from tests.bench.table import Table
 
 GOAL_1000 = 15.0  # seconds for 1,000 (issue 10)
 JOB_SECONDS = 3600.0  # jobs outlast the measurement: no runner finishes during it
+QUIET_CORES = 0.2  # the stack is quiet below this share of a core ...
+QUIET_SECONDS = 1.0  # ... over this long
+QUIET_WAIT = 30.0  # at most this long after the listener's session opened
 
 
 class RunningPods:
@@ -50,6 +63,8 @@ class RunningPods:
         self.n = n
         self.names: set[str] = set()
         self.reached = anyio.Event()
+        self.started = 0.0  # monotonic time the jobs were queued
+        self.running_at: list[float] = []  # seconds after ``started`` each pod was first seen Running
 
     def __call__(self, change: Change[Pod]) -> None:
         pod = change.obj
@@ -58,14 +73,34 @@ class RunningPods:
             return
         if not any(ref.kind == "EphemeralRunner" for ref in meta.owner_references):
             return
-        if pod.status is not None and pod.status.phase == "Running":
+        if pod.status is not None and pod.status.phase == "Running" and meta.name not in self.names:
             self.names.add(meta.name)
+            self.running_at.append(time.monotonic() - self.started)
             if len(self.names) >= self.n:
                 self.reached.set()
 
 
 COMPONENTS = ("apiserver", "runner-set", "runner", "node-sim", "listener", "scale-set", "listener-pod", "actions-sim")
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(workdir: Path) -> dict[str, float]:
+    return {k: v[0] for k, v in _stack(workdir).items()}
+
+
+async def _quiet(workdir: Path) -> float:
+    """Wait until the stack is quiet (see the module's docstring); the seconds waited, negative if
+    it never was within ``QUIET_WAIT`` (the burst then starts anyway)."""
+    began = time.monotonic()
+    before = _cpu(workdir)
+    while True:
+        await anyio.sleep(QUIET_SECONDS)  # the sampling interval of a condition polled under a deadline
+        after = _cpu(workdir)
+        if fig.is_quiet(before, after, QUIET_SECONDS, QUIET_CORES):
+            return time.monotonic() - began
+        if time.monotonic() - began > QUIET_WAIT:
+            return -(time.monotonic() - began)
+        before = after
 
 
 def _stack(workdir: Path) -> dict[str, tuple[float, float]]:
@@ -97,6 +132,8 @@ class Outcome:
         self.rss: dict[str, float] = {}
         self.cpu: dict[str, float] = {}  # CPU seconds per component during the burst
         self.requests: dict[str, int] = {}  # API server requests during the burst, "verb resource[/sub]" → count
+        self.shape: fig.Shape | None = None
+        self.settled = 0.0  # seconds waited for a quiet stack (negative: it never was)
 
 
 def _workload(n: int, out: Outcome, timeout: float) -> Any:
@@ -114,11 +151,12 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
         pods.add_handler(running)
         async with anyio.create_task_group() as tg:
             await tg.start(pods.run)
-            before = _stack(Path(opts.workdir))
+            out.settled = await _quiet(Path(opts.workdir))
             emulator = f"{kube.client.host.rstrip('/')}/_emulator/requests" if not opts.kubeconfig else ""
             if emulator:
                 await _sim(http, "DELETE", emulator)
-            started = time.monotonic()
+            before = _stack(Path(opts.workdir))
+            started = running.started = time.monotonic()
             await _sim(
                 http, "POST", f"{sim_url}/_sim/jobs", {"count": n, "labels": ["demo-runners"], "duration": JOB_SECONDS}
             )
@@ -127,6 +165,8 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
                 out.seconds = time.monotonic() - started
             tg.cancel_scope.cancel()
         out.reached = len(running.names)
+        if running.running_at:
+            out.shape = fig.shape(running.running_at)
         after = _stack(Path(opts.workdir))
         out.rss = {k: v[1] for k, v in after.items()}
         out.cpu = {k: v[0] - before.get(k, (0.0, 0.0))[0] for k, v in after.items()}
@@ -162,21 +202,14 @@ def burst(n: int, timeout: float) -> Outcome:
     return res
 
 
-def growth(times: dict[int, float], base: int = 300) -> dict[int, float]:
-    """t(N)/N relative to t(base)/base (1.0: linear growth from ``base``)."""
-    if base not in times:
-        return {}
-    per = times[base] / base
-    return {n: (t / n) / per for n, t in times.items()}
-
-
 def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     sizes = sizes or ((100, 300, 1000) if quick else (100, 300, 1000, 3000))
     load_before = os.getloadavg()
     results = {n: burst(n, timeout=max(120.0, n * 0.6)) for n in sizes}
     load_after = os.getloadavg()
     times = {n: r.seconds for n, r in results.items() if r.seconds is not None}
-    ratio = growth(times)
+    ratio = fig.growth(times)
+    cpu_ratio = fig.growth({n: sum(r.cpu.values()) for n, r in results.items() if r.seconds is not None and r.cpu})
     table = Table(
         "Burst, embedded stack (N jobs queued at once → N runner pods Running; default worker settings)",
         [
@@ -184,6 +217,8 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
             "seconds",
             "per runner (ms)",
             "growth vs 300",
+            "first Running / steady rate (10-90 %)",
+            "CPU ms per runner (growth vs 300)",
             "RSS runner-set / runner (MB)",
             "CPU s during burst",
             "API requests per runner",
@@ -193,7 +228,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     for n, r in results.items():
         goal = f"<= {GOAL_1000:g} s" if n == 1000 else ("<= 1.0 growth" if n > 300 else "")
         if r.seconds is None:
-            table.add(str(n), f"failed: {r.error}", "", "", "", "", "", goal)
+            table.add(str(n), f"failed: {r.error}", "", "", "", "", "", "", "", goal)
             continue
         g = f"{ratio[n]:.2f}" if n in ratio else ""
         rss = f"{r.rss.get('runner-set', 0):.0f} / {r.rss.get('runner', 0):.0f}" if r.rss else "?"
@@ -201,11 +236,17 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
         total = sum(r.requests.values())
         top = sorted(r.requests.items(), key=lambda kv: -kv[1])[:6]
         reqs = f"{total / n:.1f}: " + ", ".join(f"{k} {c / n:.1f}" for k, c in top) if r.requests else ""
-        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, rss, cpu, reqs, goal)
+        sh = f"{r.shape.first:.2f} s / {r.shape.steady_rate(n):.0f} pods/s" if r.shape else ""
+        if r.settled < 0:
+            sh += f" (stack not quiet after {-r.settled:.0f} s)"
+        per = f"{fig.cpu_ms_per_runner(r.cpu, n):.1f}" + (f" ({cpu_ratio[n]:.2f})" if n in cpu_ratio else "")
+        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, sh, per, rss, cpu, reqs, goal)
     table.add(
         "load (1/5/15 min) before → after",
         f"{'/'.join(f'{x:.1f}' for x in load_before)} → {'/'.join(f'{x:.1f}' for x in load_after)}"
         f" on {os.cpu_count()} cores",
+        "",
+        "",
         "",
         "",
         "",
