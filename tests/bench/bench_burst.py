@@ -218,7 +218,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
             "per runner (ms)",
             "growth vs 300",
             "first Running / steady rate (10-90 %)",
-            "CPU ms per runner (growth vs 300)",
+            "CPU ms per runner (growth vs 300) on cores used",
             "RSS runner-set / runner (MB)",
             "CPU s during burst",
             "API requests per runner",
@@ -240,6 +240,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
         if r.settled < 0:
             sh += f" (stack not quiet after {-r.settled:.0f} s)"
         per = f"{fig.cpu_ms_per_runner(r.cpu, n):.1f}" + (f" ({cpu_ratio[n]:.2f})" if n in cpu_ratio else "")
+        per += f" on {fig.cores_used(r.cpu, r.seconds):.2f} cores" if r.cpu and r.seconds > 0 else ""
         table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, sh, per, rss, cpu, reqs, goal)
     table.add(
         "load (1/5/15 min) before → after",

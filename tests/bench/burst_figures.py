@@ -31,6 +31,15 @@ def cpu_ms_per_runner(cpu: Mapping[str, float], n: int) -> float:
     return sum(cpu.values()) * 1000.0 / n
 
 
+def cores_used(cpu: Mapping[str, float], seconds: float) -> float:
+    """The share of the machine's cores the stack got during the burst: its CPU seconds over the
+    wall seconds (wall time = CPU ÷ this share, so a loaded machine lowers it and lengthens the
+    burst for the same work)."""
+    if seconds <= 0:
+        raise ValueError("a burst takes time")
+    return sum(cpu.values()) / seconds
+
+
 @dataclass(frozen=True)
 class Shape:
     """When the pods reached Running, seconds after the jobs were queued."""

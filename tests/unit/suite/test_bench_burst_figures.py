@@ -30,6 +30,12 @@ def test_cpu_per_runner_sums_the_components() -> None:
     assert fig.cpu_ms_per_runner({"apiserver": 1.5, "runner": 3.0, "node-sim": 1.5}, 300) == pytest.approx(20.0)
 
 
+def test_cores_used_is_cpu_over_wall() -> None:
+    assert fig.cores_used({"apiserver": 30.0, "runner": 30.0}, 40.0) == pytest.approx(1.5)
+    with pytest.raises(ValueError):
+        fig.cores_used({"apiserver": 1.0}, 0.0)
+
+
 def test_shape_of_a_burst() -> None:
     # 100 pods: the first at 0.5 s, then one every 0.1 s.
     times = [0.5 + 0.1 * i for i in range(100)]
