@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import sys
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -107,6 +108,20 @@ class PodCacheView(_Obj, kw_only=True):
 
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+    def __post_init__(self) -> None:
+        # Every runner pod repeats the same phase, condition types and states, container names
+        # and image: share one string each (~0.8 kB of a ~3.5 kB cached pod).
+        status = self.status
+        status.phase = sys.intern(status.phase)
+        for cond in status.conditions:
+            cond.type, cond.status, cond.reason = (
+                sys.intern(cond.type),
+                sys.intern(cond.status),
+                sys.intern(cond.reason),
+            )
+        for cs in (*status.init_container_statuses, *status.container_statuses):
+            cs.name, cs.image = sys.intern(cs.name), sys.intern(cs.image)
 
 
 # --- Secret, ServiceAccount, Namespace -------------------------------------------------------------

@@ -76,8 +76,8 @@ def _pod(name: str) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "runner",
-                    "image": "ghcr.io/actions/actions-runner:latest",
-                    "command": ["/home/runner/run.sh"],
+                    "image": "ghcr.io/actions/actions-runner:2.321.0",
+                    "command": ["/home/runner/run.sh", "--once"],
                     "env": [
                         {
                             "name": "ACTIONS_RUNNER_INPUT_JITCONFIG",
@@ -118,7 +118,7 @@ def _pod(name: str) -> dict[str, Any]:
                     "name": "runner",
                     "ready": False,
                     "restartCount": 1,
-                    "image": "ghcr.io/actions/actions-runner:latest",
+                    "image": "ghcr.io/actions/actions-runner:2.321.0",
                     "imageID": "ghcr.io/actions/actions-runner@sha256:f101",
                     "started": False,
                     "state": {
@@ -245,6 +245,11 @@ def test_cached_objects_share_their_repeated_strings() -> None:
     assert ref_a.kind is ref_b.kind and ref_a.api_version is ref_b.api_version
     assert a.metadata.namespace is b.metadata.namespace
     assert a.metadata.finalizers[0] is b.metadata.finalizers[0]
+    assert a.status.phase is b.status.phase
+    assert a.status.conditions[0].type is b.status.conditions[0].type
+    assert a.status.conditions[0].status is b.status.conditions[0].status
+    assert a.status.container_statuses[0].image is b.status.container_statuses[0].image
+    assert a.status.init_container_statuses[0].name is b.status.init_container_statuses[0].name
 
 
 def test_a_deleted_pod_event_hands_handlers_the_slim_last_state() -> None:
