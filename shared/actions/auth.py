@@ -12,7 +12,6 @@ import binascii
 import datetime as dt
 from collections.abc import Mapping
 
-import jwt
 import msgspec
 
 from shared.actions.errors import CredentialsError
@@ -116,6 +115,10 @@ def app_jwt(credentials: AppCredentials, *, now: dt.datetime | None = None) -> s
         "exp": int((issued + _JWT_LIFETIME).timestamp()),
         "iss": str(credentials.app_id),
     }
+    # Imported here, not at module level: PyJWT pulls in cryptography (~10 MB RSS per process),
+    # which only a GitHub App credential needs (issue 10; a PAT never signs anything).
+    import jwt
+
     try:
         token = jwt.encode(claims, credentials.private_key, algorithm="RS256")
     except (ValueError, TypeError, jwt.PyJWTError) as exc:

@@ -7,13 +7,27 @@ resources do not accept strategic merge patches). Paths are built by pure functi
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 from urllib.parse import quote
 
+import msgspec
+
 from shared.api import AutoscalingListener, AutoscalingRunnerSet, EphemeralRunner, EphemeralRunnerSet
 from shared.api.constants import GROUP, VERSION
-from shared.kube.objects import ConfigMap, Event, Lease, Namespace, Pod, Role, RoleBinding, Secret, ServiceAccount
+from shared.kube.objects import (
+    ConfigMap,
+    Event,
+    Lease,
+    Namespace,
+    Pod,
+    PodCacheView,
+    Role,
+    RoleBinding,
+    Secret,
+    ServiceAccount,
+)
 
 T = TypeVar("T")
 
@@ -68,6 +82,10 @@ class Resource(Generic[T]):
     namespaced: bool = True
     has_status: bool = False
     custom: bool = False
+    #: What an informer's cache decodes instead of ``type`` (None: all of it): a struct with a
+    #: subset of ``type``'s fields under the same names; each cached object is ``type`` built from
+    #: it, the other fields left at their defaults (issue 10: memory per cached object).
+    cache_view: builtins.type[Any] | None = None
 
     @property
     def api_version(self) -> str:
@@ -100,6 +118,10 @@ class Resource(Generic[T]):
         target = str(key) if key is not None else (f"{namespace}/*" if namespace else "*")
         return f"{verb} {self.qualified} {target}{'/' + subresource if subresource else ''}"
 
+    def from_cache_view(self, view: Any) -> T:
+        """The ``type`` object made of a decoded ``cache_view`` (its fields, the rest defaults)."""
+        return self.type(**msgspec.structs.asdict(view))
+
     def key_of(self, obj: Any) -> ObjectKey:
         meta = obj.metadata
         return ObjectKey(meta.namespace if self.namespaced else "", meta.name)
@@ -117,7 +139,7 @@ EPHEMERAL_RUNNER_SETS: Resource[EphemeralRunnerSet] = _custom(EphemeralRunnerSet
 EPHEMERAL_RUNNERS: Resource[EphemeralRunner] = _custom(EphemeralRunner)
 AUTOSCALING_LISTENERS: Resource[AutoscalingListener] = _custom(AutoscalingListener)
 
-PODS: Resource[Pod] = Resource("", "v1", "pods", "Pod", Pod, has_status=True)
+PODS: Resource[Pod] = Resource("", "v1", "pods", "Pod", Pod, has_status=True, cache_view=PodCacheView)
 SECRETS: Resource[Secret] = Resource("", "v1", "secrets", "Secret", Secret)
 SERVICE_ACCOUNTS: Resource[ServiceAccount] = Resource("", "v1", "serviceaccounts", "ServiceAccount", ServiceAccount)
 CONFIG_MAPS: Resource[ConfigMap] = Resource("", "v1", "configmaps", "ConfigMap", ConfigMap)
