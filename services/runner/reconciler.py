@@ -4,11 +4,13 @@ Reads (README "runner worker", reads and caches):
 
 - The EphemeralRunner of a pass comes from the worker's informer. Every write decided on it
   carries its resourceVersion (deletes: the uid), so a cache that lags costs a 409 and a re-read,
-  never a wrong write. A key missing from the cache ends its pass with no read and no write: the
-  ER is gone (the informer's delete, or the garbage collection of its pod, woke the pass) or not
-  in the cache yet, and then the informer's add wakes the key again. Such a key is remembered as
-  gone (bounded), so a job event for it that is redelivered after the runner-set deleted the ER
-  is dropped without a GET while the cache still lacks it. Two guards keep a lagging cache from costing more than that:
+  never a wrong write. A key this worker has seen (read or written) that is missing from the
+  cache ends its pass with no read and no write: the ER is gone (the informer's delete, or the
+  garbage collection of its pod, woke the pass); were it back, the informer's add would wake the
+  key again. Such a key is remembered as gone (bounded), so a job event for it that is
+  redelivered after the runner-set deleted the ER is dropped without a GET while the cache still
+  lacks it. A key never seen is read from the server (an ER the informer cannot decode is found
+  only that way). Two guards keep a lagging cache from costing more than that:
   *read-your-writes*: the worker remembers the newest resourceVersion it has seen of each ER (its
   own writes' answers and its GETs); a cached copy older than that is not used, the ER is read
   from the server (else a pass right after the worker's own status patch would see no runner id
@@ -257,8 +259,10 @@ class RunnerReconciler:
 
     async def _reconcile(self, key: ObjectKey, *, from_cache: bool = False) -> Result:
         er = self._fresh_enough(key) if from_cache else None
-        if er is None and from_cache and self._absent_from_cache(key):
-            # Gone, or not in the cache yet (then its add wakes the key again): no GET.
+        if er is None and from_cache and (key in self._seen_rv or key in self._gone) and self._absent_from_cache(key):
+            # Seen before and missing now: gone (or, after a relist, back with its add, which
+            # wakes the key again): no GET. A key never seen is read (an ER the informer cannot
+            # decode is only found that way).
             self._forget(key)
             self._mark_gone(key)
             return DONE

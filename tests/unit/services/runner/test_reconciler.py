@@ -314,14 +314,21 @@ async def test_a_pass_for_a_key_missing_from_the_cache_reads_and_writes_nothing(
 
     rec, reader, writer = cached_reconciler({})
     key = ObjectKey("ns", "r")
-    rec._seen_rv[key] = 7
+    # Never seen by this worker: read from the server (an ER the informer cannot decode).
+    reader.objects = {}
+    assert await rec.reconcile(key, ReconcileContext.direct()) == DONE
+    assert reader.gets == [EPHEMERAL_RUNNERS]
+    reader.gets.clear()
+    rec._gone.clear()
+    rec._seen_rv[key] = 7  # seen (its writes' answers), now missing from the cache: gone
     assert await rec.reconcile(key, ReconcileContext.direct()) == DONE
     assert reader.gets == [] and writer.calls == []
     assert key in rec._gone and key not in rec._seen_rv  # nothing kept for a gone ER but the bounded mark
+    assert await rec.reconcile(key, ReconcileContext.direct()) == DONE  # the pod's GC wakes it again
+    assert reader.gets == []
     # A second attempt (after a 409) reads the server.
     import dataclasses
 
-    reader.objects = {}
     assert await rec.reconcile(key, dataclasses.replace(ReconcileContext.direct(), attempt=2)) == DONE
     assert reader.gets == [EPHEMERAL_RUNNERS] and writer.calls == []
 
