@@ -4,7 +4,13 @@ Reads (README "runner worker", reads and caches):
 
 - The EphemeralRunner of a pass comes from the worker's informer. Every write decided on it
   carries its resourceVersion (deletes: the uid), so a cache that lags costs a 409 and a re-read,
-  never a wrong write. Two guards keep a lagging cache from costing more than that:
+  never a wrong write. A key this worker has seen (read or written) that is missing from the
+  cache ends its pass with no read and no write: the ER is gone (the informer's delete, or the
+  garbage collection of its pod, woke the pass); were it back, the informer's add would wake the
+  key again. Such a key is remembered as gone (bounded), so a job event for it that is
+  redelivered after the runner-set deleted the ER is dropped without a GET while the cache still
+  lacks it. A key never seen is read from the server (an ER the informer cannot decode is found
+  only that way). Two guards keep a lagging cache from costing more than that:
   *read-your-writes*: the worker remembers the newest resourceVersion it has seen of each ER (its
   own writes' answers and its GETs); a cached copy older than that is not used, the ER is read
   from the server (else a pass right after the worker's own status patch would see no runner id
@@ -147,6 +153,9 @@ class RunnerReconciler:
         self._cached_er = cached_er
         self._seen_rv: dict[ObjectKey, int] = {}
         self._read_server: set[ObjectKey] = set()
+        # Keys a pass found missing from the informer's cache (or the server), newest last,
+        # bounded: a job event for such a key while the cache still lacks it reads nothing.
+        self._gone: dict[ObjectKey, None] = {}
         # Runner ids registered whose status write waits for the pod's first phase that is not
         # Pending (--pending-status-after), by ER key, with the ER uid. Lost on a restart: the next
         # pass meets RunnerExists and takes the id from the JIT Secret (README "runner worker", step 6).
@@ -216,12 +225,25 @@ class RunnerReconciler:
             return None
         return er
 
+    def _absent_from_cache(self, key: ObjectKey) -> bool:
+        """The informer's cache has no ER of ``key`` (and no server read is due for it): nothing to
+        decide on. False without an informer (every pass reads the server)."""
+        return self._cached_er is not None and key not in self._read_server and self._cached_er(key) is None
+
+    def _mark_gone(self, key: ObjectKey) -> None:
+        self._seen_rv.pop(key, None)
+        self._gone.pop(key, None)  # re-inserted last: eviction goes oldest first
+        self._gone[key] = None
+        while len(self._gone) > HEARD_EVENTS:
+            del self._gone[next(iter(self._gone))]
+
     async def _get_er(self, key: ObjectKey) -> EphemeralRunner | None:
         er = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
         self._read_server.discard(key)
         if er is None:
-            self._seen_rv.pop(key, None)
+            self._mark_gone(key)
         else:
+            self._gone.pop(key, None)
             self._saw(er)
         return er
 
@@ -237,6 +259,13 @@ class RunnerReconciler:
 
     async def _reconcile(self, key: ObjectKey, *, from_cache: bool = False) -> Result:
         er = self._fresh_enough(key) if from_cache else None
+        if er is None and from_cache and (key in self._seen_rv or key in self._gone) and self._absent_from_cache(key):
+            # Seen before and missing now: gone (or, after a relist, back with its add, which
+            # wakes the key again): no GET. A key never seen is read (an ER the informer cannot
+            # decode is only found that way).
+            self._forget(key)
+            self._mark_gone(key)
+            return DONE
         try:
             if er is None:
                 er = await self._get_er(key)
@@ -942,6 +971,11 @@ class RunnerReconciler:
         key = ObjectKey(event.scale_set.namespace, event.runner_name)
         fields = {"namespace": key.namespace, "name": key.name, "job_id": event.job_id, "runner_id": event.runner_id}
         cached = self._fresh_enough(key) if delivery is not None else None
+        if cached is None and delivery is not None and key in self._gone and self._absent_from_cache(key):
+            # A pass found this ER gone and the cache still lacks it: nothing to write (a redelivered
+            # JobCompleted after the runner-set's delete). A direct call still reads the server.
+            log.info("job event for an EphemeralRunner that is gone; ignored", **fields)
+            return "unknown_runner"
         if cached is not None and jobs.mismatch(cached, event) is None and not jobs.conflicting_job(cached, event):
             # What writes nothing may be decided on the cache (README "runner worker", job
             # events): a deferral (the redelivery decides again) and an event the cached copy

@@ -3,10 +3,13 @@
 ARC reads the GitHub secret live on every reconcile that needs credentials and caches the client
 per credentials/URL/namespace/proxy/CA. The pool does the same:
 
-- every :meth:`ActionsClientPool.get` reads the Secret (and the proxy credential Secrets and the
-  TLS ConfigMap, when configured) with an uncached GET, or takes the result of such a read that
-  began after the call did (concurrent callers of one key share one read: it is as fresh as their
-  own would have been, so a rotation made before a call is still seen by it);
+- every :meth:`ActionsClientPool.get` takes the result of an uncached GET of the Secret (and of
+  the proxy credential Secrets and the TLS ConfigMap, when configured) that began at most
+  ``max_age`` seconds (:data:`CREDENTIALS_MAX_AGE`, 1 s) before the call did, and makes that read
+  itself when there is none (concurrent callers of one key share it). A rotation is therefore seen
+  by every call that begins more than ``max_age`` after it; a burst of JIT calls costs at most one
+  Secret GET per key per ``max_age``, and a call within it waits for no read. ``max_age=0``: a read
+  that began after the call did (ARC's live read per reconcile);
 - the client is rebuilt when any of their resourceVersions changed (a rotated token or key is used
   at once), and the replaced client is closed;
 - :meth:`close` (called by the worker runtime on shutdown) closes every client.
@@ -32,6 +35,10 @@ from shared.kube.objects import ConfigMap
 from shared.log import get_logger
 
 log = get_logger(__name__)
+
+# How old (seconds, from when it began) a credentials read may be for a call to use it: a rotation
+# is seen by every call that begins later than this after it (README "`ActionsClientPool`").
+CREDENTIALS_MAX_AGE = 1.0
 
 SECRET_KEYS = ("github_token", "github_app_id", "github_app_installation_id", "github_app_private_key")
 
@@ -108,8 +115,12 @@ class ActionsClientPool:
         timeout: float = 60.0,
         settings: ClientSettings | None = None,
         user_agent: Any = None,
+        max_age: float = CREDENTIALS_MAX_AGE,
     ) -> None:
+        if max_age < 0:
+            raise ValueError("max_age must be >= 0")
         self.reader = reader
+        self.max_age = max_age
         self.timeout = timeout
         self.settings = settings
         self.user_agent = user_agent
@@ -153,12 +164,17 @@ class ActionsClientPool:
             msgspec.json.encode(proxy) if proxy else b"",
             msgspec.json.encode(tls) if tls else b"",
         )
+        # Oldest start a read may have for this call to use it (max_age 0: one that began after
+        # the call did, as fresh as the call's own read would have been).
+        oldest = self._clock() - self.max_age
+        entry = self._entries.get(key)
+        if entry is not None and entry.read_started >= oldest:
+            return entry.client  # recent enough: no read, no wait for one in flight
         lock = self._locks.setdefault(key, anyio.Lock())
-        arrived = self._clock()
         async with lock:
             entry = self._entries.get(key)
-            if entry is not None and entry.read_started >= arrived:
-                return entry.client  # read after this call began: as fresh as our own read
+            if entry is not None and entry.read_started >= oldest:
+                return entry.client  # a read that began within the bound (e.g. while we waited)
             read_started = self._clock()
             self.reads += 1
             secret = await self._secret(namespace, secret_name)
@@ -243,4 +259,12 @@ def _text(secret: Any, key: str) -> str:
     return raw.decode("utf-8", "replace").strip() if raw else ""
 
 
-__all__ = ["CONFIG_MAPS", "ActionsClientPool", "ActionsCredentialsUnavailable", "ConfigMap", "PoolKey", "proxy_url_for"]
+__all__ = [
+    "CONFIG_MAPS",
+    "CREDENTIALS_MAX_AGE",
+    "ActionsClientPool",
+    "ActionsCredentialsUnavailable",
+    "ConfigMap",
+    "PoolKey",
+    "proxy_url_for",
+]

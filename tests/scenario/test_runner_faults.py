@@ -155,6 +155,9 @@ async def test_credentials_gone_on_deletion_is_quiet_bounded_and_released(
         registry = env.worker.ctx.registry
         errors = {"controller": "ephemeralrunner"}
         before = registry.get_sample_value("controller_runtime_reconcile_errors_total", errors) or 0.0
+        # The pool uses a credentials read up to its max_age old (README "`ActionsClientPool`"):
+        # with 0 the deletion is seen by the very next call, as this test needs.
+        env.worker.ctx.actions.max_age = 0
         await kube.writer.delete(SECRETS, ObjectKey(namespace, github_secret))
         await kube.writer.delete(EPHEMERAL_RUNNERS, env.key("er-nocreds"))
         await kube.writer.delete(PODS, env.key("er-nocreds"))  # as the namespace controller does

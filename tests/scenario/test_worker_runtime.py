@@ -89,7 +89,7 @@ async def test_actions_client_pool_caches_and_rebuilds_on_secret_change(
     from tests.scenario.conftest import create_secret
 
     await create_secret(kube, namespace, "gh", {"github_token": actions_sim.pat})
-    pool = ActionsClientPool(kube.reader, timeout=10)
+    pool = ActionsClientPool(kube.reader, timeout=10, max_age=0)  # every call reads: the rotation at once
     try:
         c1 = await pool.get(namespace, config_url=actions_sim.config_url(), secret_name="gh")
         assert await pool.get(namespace, config_url=actions_sim.config_url(), secret_name="gh") is c1

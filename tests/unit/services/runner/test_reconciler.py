@@ -290,3 +290,74 @@ async def test_finalizers_already_set_are_not_written() -> None:
     runner.metadata.finalizers = list(OWN_FINALIZERS)
     assert await rec._ensure_finalizers(runner) is runner
     assert writer.calls == []
+
+
+def cached_reconciler(cache: dict[ObjectKey, EphemeralRunner]) -> tuple[RunnerReconciler, FakeReader, FakeWriter]:
+    reader, writer = FakeReader({EPHEMERAL_RUNNERS: er()}), FakeWriter()
+    rec = RunnerReconciler(
+        cast(ApiReader, reader),
+        cast(ApiWriter, writer),
+        cast(EventRecorder, FakeEvents()),
+        FakeClients(FakeClient()),
+        RunnerSettings(),
+        clock=ManualClock(NOW),
+        cached_er=cache.get,
+        cached_pod=lambda key: None,
+    )
+    return rec, reader, writer
+
+
+async def test_a_pass_for_a_key_missing_from_the_cache_reads_and_writes_nothing() -> None:
+    """Gone (its delete or its pod's garbage collection woke the pass) or not cached yet (its add
+    wakes the key again): no GET, no write; a re-run after a 409 still reads the server."""
+    from shared.kube import DONE, ReconcileContext
+
+    rec, reader, writer = cached_reconciler({})
+    key = ObjectKey("ns", "r")
+    # Never seen by this worker: read from the server (an ER the informer cannot decode).
+    reader.objects = {}
+    assert await rec.reconcile(key, ReconcileContext.direct()) == DONE
+    assert reader.gets == [EPHEMERAL_RUNNERS]
+    reader.gets.clear()
+    rec._gone.clear()
+    rec._seen_rv[key] = 7  # seen (its writes' answers), now missing from the cache: gone
+    assert await rec.reconcile(key, ReconcileContext.direct()) == DONE
+    assert reader.gets == [] and writer.calls == []
+    assert key in rec._gone and key not in rec._seen_rv  # nothing kept for a gone ER but the bounded mark
+    assert await rec.reconcile(key, ReconcileContext.direct()) == DONE  # the pod's GC wakes it again
+    assert reader.gets == []
+    # A second attempt (after a 409) reads the server.
+    import dataclasses
+
+    assert await rec.reconcile(key, dataclasses.replace(ReconcileContext.direct(), attempt=2)) == DONE
+    assert reader.gets == [EPHEMERAL_RUNNERS] and writer.calls == []
+
+
+async def test_a_job_event_for_a_gone_runner_reads_nothing_while_the_cache_lacks_it() -> None:
+    from shared.bus import ResourceRef
+    from shared.bus.messages import JobCompleted
+    from shared.kube import ReconcileContext
+
+    cache: dict[ObjectKey, EphemeralRunner] = {}
+    rec, reader, writer = cached_reconciler(cache)
+    key = ObjectKey("ns", "r")
+    event = JobCompleted(
+        scale_set_id=1, scale_set=ResourceRef("ns", "set"), runner_name="r", runner_id=9, job_id="j", result="succeeded"
+    )
+    # Not known as gone: decided on a GET (the cache may lag an ER this replica never saw).
+    reader.objects = {}
+    assert await rec.handle_job_event(event, delivery=3) == "unknown_runner"
+    assert reader.gets == [EPHEMERAL_RUNNERS]
+    # A pass found it missing from the cache: its redelivered events read nothing.
+    reader.gets.clear()
+    await rec.reconcile(key, ReconcileContext.direct())
+    assert await rec.handle_job_event(event, delivery=3) == "unknown_runner"
+    assert reader.gets == [] and writer.calls == []
+    # A direct call (no delivery) still reads the server.
+    assert await rec.handle_job_event(event) == "unknown_runner"
+    assert reader.gets == [EPHEMERAL_RUNNERS]
+    # Back in the cache (a namesake): decided as usual (its runner id differs: on a GET), not dropped.
+    reader.gets.clear()
+    cache[key] = er()
+    await rec.handle_job_event(event, delivery=3)
+    assert reader.gets == [EPHEMERAL_RUNNERS]
