@@ -232,10 +232,7 @@ class RunnerReconciler:
 
     def _mark_gone(self, key: ObjectKey) -> None:
         self._seen_rv.pop(key, None)
-        self._gone.pop(key, None)  # re-inserted last: eviction goes oldest first
-        self._gone[key] = None
-        while len(self._gone) > HEARD_EVENTS:
-            del self._gone[next(iter(self._gone))]
+        _remember(self._gone, key, None)
 
     async def _get_er(self, key: ObjectKey) -> EphemeralRunner | None:
         er = await self.reader.get_or_none(EPHEMERAL_RUNNERS, key)
@@ -1050,12 +1047,13 @@ JOB_EVENT_DEFERRALS = 2
 # Deferred job events remembered per kind (a few seconds' worth at any job rate).
 HEARD_EVENTS = 10_000
 
-E = TypeVar("E", JobStarted, JobCompleted)
+V = TypeVar("V")
 
 
-def _remember(memory: dict[ObjectKey, E], key: ObjectKey, event: E) -> None:
+def _remember(memory: dict[ObjectKey, V], key: ObjectKey, value: V) -> None:
+    """Remember ``value`` for ``key``, the newest last, at most HEARD_EVENTS keys."""
     memory.pop(key, None)  # re-inserted last: eviction goes oldest first
-    memory[key] = event
+    memory[key] = value
     while len(memory) > HEARD_EVENTS:
         del memory[next(iter(memory))]
 

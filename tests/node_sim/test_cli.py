@@ -58,9 +58,9 @@ async def test_cli_runs_pods_and_stops_on_sigterm(
 
 def test_cli_defers_full_garbage_collections(tmp_path: Path) -> None:
     """Issue 10: a full collection walks every pod the node holds; the process makes collections
-    rare (GC_THRESHOLDS) and freezes what its set-up imported out of them, only the process: a node
+    rare (shared THRESHOLDS) and freezes what its set-up imported out of them, only the process: a node
     sim run in-process leaves the host's settings alone."""
-    from services.embedded.node_sim.__main__ import GC_THRESHOLDS
+    from services.embedded.gc_tuning import THRESHOLDS as GC_THRESHOLDS
 
     missing = tmp_path / "no-kubeconfig"
     probe = (

@@ -46,7 +46,10 @@ async def _serve(args: argparse.Namespace) -> int:
     for path in args.crds:
         emu.load_crds(path)
     url = await emu.start()
-    _tune_gc()
+    # The store keeps every object as a tree of dicts and lists: with Python's default thresholds
+    # full collections walked every stored object (issue 10: a tenth of the emulator's CPU in a
+    # burst of 1,000, though stored JSON holds no cycles).
+    tune_gc()
     emu.write_kubeconfig(args.kubeconfig_out, args.namespace)
     print(url, flush=True)
     stop = asyncio.Event()
@@ -57,14 +60,6 @@ async def _serve(args: argparse.Namespace) -> int:
     log.info("apiserver emulator stopping")
     await emu.stop()
     return 0
-
-
-def _tune_gc() -> None:
-    """The store keeps every object as a tree of dicts and lists: with Python's default thresholds
-    the cyclic collector ran every few requests and each full collection walked every stored
-    object (issue 10: about a tenth of the emulator's CPU in a burst of 1,000, though stored JSON
-    holds no cycles): services/embedded/gc_tuning.py."""
-    tune_gc()
 
 
 def main(argv: list[str]) -> int:

@@ -8,7 +8,7 @@ import sys
 
 import anyio
 
-from services.embedded.gc_tuning import THRESHOLDS, tune_gc
+from services.embedded.gc_tuning import tune_gc
 from shared.log import configure_logging, get_logger
 
 log = get_logger("services.embedded.node_sim")
@@ -74,22 +74,19 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# A full collection walks every pod the node holds and everything imported (issue 10: at 1,000
-# pods 0.2 s each, seven of them in a burst as the heap grew by a quarter each time, a quarter of
-# node-sim's CPU; with the full ones deferred, the young and middle ones still took a fifth of
-# node-sim's CPU at 3,000 pods, 1,300 young collections and 120 middle ones). What exists once
-# node-sim is set up is frozen out of collections, and they run after 50,000 net allocations
-# instead of 700, as in the API emulator (services/embedded/gc_tuning.py).
-GC_THRESHOLDS = THRESHOLDS
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(args.log_level)
     from .control import serve_control
     from .node import NodeSim, NodeSimConfig
 
-    tune_gc(GC_THRESHOLDS)
+    # A full collection walks every pod the node holds and everything imported (issue 10: at 1,000
+    # pods 0.2 s each, seven of them in a burst as the heap grew by a quarter each time, a quarter of
+    # node-sim's CPU; with the full ones deferred, the young and middle ones still took a fifth of
+    # node-sim's CPU at 3,000 pods, 1,300 young collections and 120 middle ones). What exists once
+    # node-sim is set up is frozen out of collections, and they run after 50,000 net allocations
+    # instead of 700, as in the API emulator (services/embedded/gc_tuning.py).
+    tune_gc()
 
     cfg = NodeSimConfig(
         kubeconfig=args.kubeconfig,
