@@ -143,7 +143,10 @@ async def test_a_pod_that_stays_pending_has_pending_written_with_the_runner_id_a
 ) -> None:
     """No pod event comes after the Pending one: the worker looks again when the setting has passed."""
     name = "er-stuck"
-    async with _pending_pod(env_with(pending_status_after=1.0), name, monkeypatch) as (env, writes, _):
+    # The setting must outlast the gap between the worker's pod create and the test's Pending
+    # write: once it passes on a pod with no phase yet, the worker rightly writes the runner id
+    # on its own (seen on a loaded CI machine with 1 s).
+    async with _pending_pod(env_with(pending_status_after=3.0), name, monkeypatch) as (env, writes, _):
 
         async def pending() -> EphemeralRunner | None:
             cur = await env.er(name)
