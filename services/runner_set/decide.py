@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -78,7 +78,8 @@ _NOT_PROPAGATED = frozenset(
 # --- buckets -------------------------------------------------------------------------------------
 
 
-def _created(er: EphemeralRunner) -> tuple[dt.datetime, str]:
+def created_order(er: EphemeralRunner) -> tuple[dt.datetime, str]:
+    """The buckets' order: oldest first (creation time, then name)."""
     ts = er.metadata.creation_timestamp or dt.datetime.min.replace(tzinfo=dt.UTC)
     return (ts, er.metadata.name)
 
@@ -93,29 +94,118 @@ def patch_id_of(er: EphemeralRunner) -> int | None:
         return None
 
 
-@dataclass(frozen=True)
-class Buckets:
-    """ARC's buckets; every runner is in exactly one. Lists are oldest first."""
+class Bucket(StrEnum):
+    """ARC's runner buckets; every runner is in exactly one (:func:`bucket_of`)."""
 
-    pending: list[EphemeralRunner] = field(default_factory=list)
-    running: list[EphemeralRunner] = field(default_factory=list)
-    finished: list[EphemeralRunner] = field(default_factory=list)
-    failed: list[EphemeralRunner] = field(default_factory=list)
-    outdated: list[EphemeralRunner] = field(default_factory=list)
-    deleting: list[EphemeralRunner] = field(default_factory=list)
-    latest_patch_id: int = 0  # max patch-id annotation over ALL runners (deleting included); 0 if none
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    OUTDATED = "outdated"
+    DELETING = "deleting"
+
+
+def bucket_of(er: EphemeralRunner) -> Bucket:
+    """The bucket of one runner: deleting first, else by phase (no phase, or an unknown one: pending)."""
+    if er.metadata.is_deleting:
+        return Bucket.DELETING
+    phase = er.status.phase if er.status else EphemeralRunnerPhase.NONE
+    if phase == EphemeralRunnerPhase.RUNNING:
+        return Bucket.RUNNING
+    if phase == EphemeralRunnerPhase.SUCCEEDED:
+        return Bucket.FINISHED
+    if phase == EphemeralRunnerPhase.FAILED:
+        return Bucket.FAILED
+    if phase == EphemeralRunnerPhase.OUTDATED:
+        return Bucket.OUTDATED
+    return Bucket.PENDING
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How many runners each bucket holds, and the newest patch ID: all a scale-up, a steady pass
+    or a status write needs (``latest_patch_id``: max patch-id annotation over ALL runners,
+    deleting included; 0 if none)."""
+
+    pending: int = 0
+    running: int = 0
+    finished: int = 0
+    failed: int = 0
+    outdated: int = 0
+    deleting: int = 0
+    latest_patch_id: int = 0
+
+    def of(self, bucket: Bucket) -> int:
+        n: int = getattr(self, bucket.value)
+        return n
+
+
+BucketLists = Callable[[Bucket], list[EphemeralRunner]]
+
+
+class Buckets:
+    """ARC's buckets; every runner is in exactly one. Lists are oldest first.
+
+    ``counts`` is always at hand; a bucket's list is asked of ``lists`` the first time a decision
+    reads it (then kept), so a decision that needs only counts (scale-up, steady, status counts)
+    never sorts or walks the set's runners (README "runner-set worker", the runner index). A list
+    read must come from the same synchronous decision that took the buckets: an index answers
+    only for the state it had then (:mod:`services.runner_set.index`)."""
+
+    __slots__ = ("_lists", "_source", "counts")
+
+    def __init__(self, counts: Counts, lists: BucketLists) -> None:
+        self.counts = counts
+        self._source = lists
+        self._lists: dict[Bucket, list[EphemeralRunner]] = {}
+
+    def _list(self, bucket: Bucket) -> list[EphemeralRunner]:
+        found = self._lists.get(bucket)
+        if found is None:
+            found = self._source(bucket) if self.counts.of(bucket) else []
+            self._lists[bucket] = found
+        return found
+
+    @property
+    def pending(self) -> list[EphemeralRunner]:
+        return self._list(Bucket.PENDING)
+
+    @property
+    def running(self) -> list[EphemeralRunner]:
+        return self._list(Bucket.RUNNING)
+
+    @property
+    def finished(self) -> list[EphemeralRunner]:
+        return self._list(Bucket.FINISHED)
+
+    @property
+    def failed(self) -> list[EphemeralRunner]:
+        return self._list(Bucket.FAILED)
+
+    @property
+    def outdated(self) -> list[EphemeralRunner]:
+        return self._list(Bucket.OUTDATED)
+
+    @property
+    def deleting(self) -> list[EphemeralRunner]:
+        return self._list(Bucket.DELETING)
+
+    @property
+    def latest_patch_id(self) -> int:
+        return self.counts.latest_patch_id
 
     @property
     def scale_total(self) -> int:
         """ARC's currentReplicas: pending + running + failed (failed ones occupy replicas)."""
-        return len(self.pending) + len(self.running) + len(self.failed)
+        c = self.counts
+        return c.pending + c.running + c.failed
 
     @property
     def scale_up_total(self) -> int:
         """What a scale-up compares against: deleting runners count, so they are not double-replaced,
         and so do finished runners still present (the listener may not have accounted for their
         job yet: :func:`finished_state`)."""
-        return self.scale_total + len(self.deleting) + len(self.finished)
+        return self.scale_total + self.counts.deleting + self.counts.finished
 
     @property
     def live(self) -> list[EphemeralRunner]:
@@ -128,27 +218,16 @@ class Buckets:
 
 
 def bucket_runners(runners: Iterable[EphemeralRunner]) -> Buckets:
-    b = Buckets()
+    """The buckets of ``runners`` (an authoritative read, or any list): sorted and classified at once."""
+    lists: dict[Bucket, list[EphemeralRunner]] = {bucket: [] for bucket in Bucket}
     latest = 0
-    for er in sorted(runners, key=_created):
+    for er in sorted(runners, key=created_order):
         pid = patch_id_of(er)
         if pid is not None and pid > latest:
             latest = pid
-        if er.metadata.is_deleting:
-            b.deleting.append(er)
-            continue
-        phase = er.status.phase if er.status else EphemeralRunnerPhase.NONE
-        if phase == EphemeralRunnerPhase.RUNNING:
-            b.running.append(er)
-        elif phase == EphemeralRunnerPhase.SUCCEEDED:
-            b.finished.append(er)
-        elif phase == EphemeralRunnerPhase.FAILED:
-            b.failed.append(er)
-        elif phase == EphemeralRunnerPhase.OUTDATED:
-            b.outdated.append(er)
-        else:
-            b.pending.append(er)
-    return Buckets(b.pending, b.running, b.finished, b.failed, b.outdated, b.deleting, latest)
+        lists[bucket_of(er)].append(er)
+    counts = Counts(**{bucket.value: len(found) for bucket, found in lists.items()}, latest_patch_id=latest)
+    return Buckets(counts, lists.__getitem__)
 
 
 def has_job(er: EphemeralRunner) -> bool:
@@ -441,9 +520,9 @@ def desired_status(ers: EphemeralRunnerSet, b: Buckets, applied_revision: int) -
     )
     return {
         "currentReplicas": b.scale_total,
-        "pendingEphemeralRunners": len(b.pending),
-        "runningEphemeralRunners": len(b.running),
-        "failedEphemeralRunners": len(b.failed),
+        "pendingEphemeralRunners": b.counts.pending,
+        "runningEphemeralRunners": b.counts.running,
+        "failedEphemeralRunners": b.counts.failed,
         "phase": str(phase),
     }
 
@@ -518,13 +597,21 @@ def plan(
     now = now or dt.datetime.now(dt.UTC)
     if policy is None:
         return _scale(ers, b, status_fields, None, now, heard)
-    a = failures.assess(ers, b.failed, [*b.pending, *b.running, *b.finished], now, policy)
+    a = failures.assess(ers, b.failed, _not_failed(b), now, policy)
     if a.expired:
         repl = failures.replacements(a.expired, b.all, spec.replicas, b.scale_up_total)
         return Plan("failed-ttl", reap=a.expired, replace=repl, status=status_fields, budget=a, requeue=True)
     p = _scale(ers, b, status_fields, a.blocked_until, now, heard)
     after = [t for t in (p.requeue_after, a.next_check) if t is not None]
     return replace(p, budget=a, requeue_after=min(after) if after else None)
+
+
+def _not_failed(b: Buckets) -> Iterator[EphemeralRunner]:
+    """The set's pending, running and finished runners, read only if the failure rules look for a
+    success (a budget with failures counted): a pass without failures never lists them."""
+    yield from b.pending
+    yield from b.running
+    yield from b.finished
 
 
 def _scale(

@@ -219,12 +219,14 @@ def _job_or_done(er: EphemeralRunner) -> bool:
 def assess(
     ers: EphemeralRunnerSet,
     failed: list[EphemeralRunner],
-    others: list[EphemeralRunner],
+    others: Iterable[EphemeralRunner],
     now: dt.datetime,
     policy: FailurePolicy,
 ) -> Assessment:
     """Apply the TTL and budget rules. ``failed``: the set's Failed runners (not deleting);
-    ``others``: every other runner of the set (to see successes)."""
+    ``others``: every other runner of the set (to see successes), iterated at most once and only
+    while failures are counted or a backoff level is held (it may be lazy: a pass without
+    failures never lists the set's runners)."""
     now = _utc(now)
     revision = ers.spec.actionable_revision
     stored = parse_record(ers.metadata.annotations)

@@ -147,9 +147,9 @@ class RunnerSetMetrics:
             self.forget(key)
         self._labels[key] = labels
         applied = ers.status.applied_actionable_revision if ers.status else 0
-        self.pending.labels(*labels).set(len(b.pending))
-        self.running.labels(*labels).set(len(b.running))
-        self.failed.labels(*labels).set(len(b.failed))
+        self.pending.labels(*labels).set(b.counts.pending)
+        self.running.labels(*labels).set(b.counts.running)
+        self.failed.labels(*labels).set(b.counts.failed)
         self.revision_lag.labels(*labels).set(max(0, ers.spec.actionable_revision - applied))
         self.desired_applied.labels(*labels).set(ers.spec.replicas)
 

@@ -21,12 +21,12 @@ import contextlib
 import dataclasses
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
 
-from services.runner_set import adopt, decide, failures
+from services.runner_set import adopt, decide, failures, index
 from services.runner_set import expectations as xp
 from services.runner_set.decide import Plan
 from services.runner_set.failures import FailurePolicy
@@ -140,7 +140,11 @@ class RunnerSetReconciler:
         self.next_pass: dict[ObjectKey, float] = {}  # anyio time before which a set is not decided again
         self.status_window = decide.STATUS_WINDOW
         self.status_written: dict[ObjectKey, float] = {}  # anyio time of each set's last status write
-        for informer in self.runners_cache:
+        # Each informer's runners by set and bucket, kept from its events (replayed from what it
+        # holds already): a cached pass reads counts, not runners (README "runner-set worker").
+        self.runner_indexes = [index.RunnerIndex(informer.namespace) for informer in self.runners_cache]
+        for informer, runner_index in zip(self.runners_cache, self.runner_indexes, strict=True):
+            informer.add_handler(runner_index.apply)
             informer.add_handler(self._observe, replay=False)
 
     @classmethod
@@ -272,14 +276,14 @@ class RunnerSetReconciler:
             # the cached runners: the plan stands (its pass spacing is set).
             authoritative, b, now, p = False, draft.buckets, draft.now, draft.plan
         else:
-            runners, authoritative, wait = await self._decision_runners(key, ers)
-            if runners is None:
+            decided_on, authoritative, wait = await self._decision_buckets(key, ers)
+            if decided_on is None:
                 self._space(key, started)
                 log.debug(
                     "waiting for the cache to observe this replica's writes", namespace=key.namespace, name=key.name
                 )
                 return Result(requeue_after=wait)
-            b = decide.bucket_runners(runners)
+            b = decided_on
             now = self.clock.now()
             p = decide.plan(ers, b, now, self.policy, self._heard(b))
             if not authoritative:
@@ -300,8 +304,8 @@ class RunnerSetReconciler:
             replicas=ers.spec.replicas,
             patch_id=ers.spec.patch_id,
             current=b.scale_total,
-            deleting=len(b.deleting),
-            finished=len(b.finished),
+            deleting=b.counts.deleting,
+            finished=b.counts.finished,
             create=p.create,
             delete=len(p.delete),
             remove=p.remove_count,
@@ -362,10 +366,9 @@ class RunnerSetReconciler:
         ):
             return None
         started = time.perf_counter()
-        cached = self._cached_runners(ers)
         e = self.expectations.get(key, xp.NONE)
         if e.pending:
-            e = xp.settle(e, _uids(cached))
+            e = xp.settle(e, self._cached_members(ers))
             self._store_expectations(key, e)
         verdict, left = xp.check(e, anyio.current_time(), self.expectations_timeout)
         if verdict is xp.Verdict.EXPIRED:
@@ -373,7 +376,7 @@ class RunnerSetReconciler:
         if verdict is xp.Verdict.PENDING:
             self._space(key, started)
             return Result(requeue_after=left)
-        b = decide.bucket_runners(cached)
+        b = self._cached_buckets(ers)
         now = self.clock.now()
         p = decide.plan(ers, b, now, self.policy, self._heard(b))
         self._space(key, started)
@@ -393,26 +396,28 @@ class RunnerSetReconciler:
         listed = await self.reader.list(EPHEMERAL_RUNNERS, namespace=ers.metadata.namespace)
         return decide.owned_by(listed.items, ers)
 
-    def _cached_runners(self, ers: EphemeralRunnerSet) -> list[EphemeralRunner]:
-        """The set's runners from the informers (shared objects: read-only)."""
-        found: list[EphemeralRunner] = []
-        for informer in self.runners_cache:
-            if informer.namespace in (None, ers.metadata.namespace):
-                found += informer.list_owned_by(ers.metadata.uid, copy=False)
-        return decide.owned_by(found, ers)
+    def _cached_buckets(self, ers: EphemeralRunnerSet) -> decide.Buckets:
+        """The set's cached runners as buckets, from the runner index: counts at once, each list
+        sorted when the plan first reads it, which it must do before the next await (the index
+        moves on with the informer's events: :class:`index.StaleBuckets`)."""
+        return index.buckets(self.runner_indexes, ers.metadata.uid, ers.metadata.namespace)
 
-    async def _decision_runners(
+    def _cached_members(self, ers: EphemeralRunnerSet) -> Mapping[str, bool]:
+        """The set's cached runners, uid → deleting (read it before the next await)."""
+        return index.members(self.runner_indexes, ers.metadata.uid, ers.metadata.namespace)
+
+    async def _decision_buckets(
         self, key: ObjectKey, ers: EphemeralRunnerSet
-    ) -> tuple[list[EphemeralRunner] | None, bool, float]:
-        """The runners to decide on, whether they were read through the API, and (when None:
-        wait for the cache) the seconds before expectations expire."""
+    ) -> tuple[decide.Buckets | None, bool, float]:
+        """The buckets to decide on, whether they were read through the API, and (when None:
+        wait for the cache) the seconds before expectations expire. Cached buckets are taken
+        after the last await: the caller plans on them before its next one."""
         if not self.runners_cache:
-            return await self._runners(ers), True, 0.0
-        cached = self._cached_runners(ers)
+            return decide.bucket_runners(await self._runners(ers)), True, 0.0
         now = anyio.current_time()
         e = self.expectations.get(key, xp.NONE)
         if e.pending:
-            e = xp.settle(e, _uids(cached))
+            e = xp.settle(e, self._cached_members(ers))
             self._store_expectations(key, e)
         verdict, left = xp.check(e, now, self.expectations_timeout)
         if verdict is xp.Verdict.PENDING:
@@ -427,10 +432,10 @@ class RunnerSetReconciler:
                     deletes=len(e.deletes),
                 )
             listed = await self._runners(ers)
-            self._store_expectations(key, xp.from_read(_uids(listed), _uids(self._cached_runners(ers)), now))
+            self._store_expectations(key, xp.from_read(_uids(listed), self._cached_members(ers), now))
             self.cache_trusted.add(key)
-            return listed, True, 0.0
-        return cached, False, 0.0
+            return decide.bucket_runners(listed), True, 0.0
+        return self._cached_buckets(ers), False, 0.0
 
     def _space(self, key: ObjectKey, started: float) -> None:
         """Space the set's next pass by PASS_SPACING times the CPU this decision took (no awaits
