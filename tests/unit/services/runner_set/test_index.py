@@ -85,8 +85,8 @@ class World:
         if roll < 0.08:
             return []
         name = self.rng.choice(["A", "A", "B"])
-        ref = {"apiVersion": "actions.github.com/v1alpha1", "kind": "EphemeralRunnerSet", "name": name}
-        ref |= {"uid": SETS[name], "controller": roll >= 0.14}  # some refs are not the controller
+        ref: dict[str, Any] = {"apiVersion": "actions.github.com/v1alpha1", "kind": "EphemeralRunnerSet"}
+        ref |= {"name": name, "uid": SETS[name], "controller": roll >= 0.14}  # some refs are not the controller
         if roll > 0.96:
             ref["kind"] = "AutoscalingRunnerSet"  # a controller that is no runner set
         return [ref]
