@@ -47,7 +47,7 @@ class StaleBuckets(RuntimeError):
     the synchronous step that took the buckets (after that, only their counts)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Filed:
     """What the index holds of one cached runner."""
 
