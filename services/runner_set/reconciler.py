@@ -3,9 +3,9 @@
 :mod:`services.runner_set.failures`.
 
 One pass: authoritative GET of the ERS → apply the newest listener desired state (merge patch
-locked on the read's resourceVersion) → finalizer → its runners from the informer's cache, once
-this replica's own creations and deletions are observed there (:mod:`services.runner_set.expectations`)
-→ ``plan`` → execute → status (locked). The runners are read through the API instead on a key's
+locked on the read's resourceVersion) → finalizer → its runners from the informer's cache (as buckets of the runner index kept from
+its events, :mod:`services.runner_set.index`), once this replica's own creations and deletions are
+observed there (:mod:`services.runner_set.expectations`) → ``plan`` → execute → status (locked). The runners are read through the API instead on a key's
 first pass, when expectations expire, and for the decisions the seeds take on authoritative
 reads (the finished-cleanup marker, the revision advance; README "runner-set worker"). A pass
 that would write nothing is decided on the cached set and ends without the GET (``_quiet_pass``).
@@ -77,9 +77,11 @@ SAFETY_REQUEUE = 1.0  # multi-step plans re-run after this even if no watch even
 CREATE_CONCURRENCY = 8  # parallel EphemeralRunner creates per reconcile
 JOB_STILL_RUNNING_RETRY = 30.0  # a Failed runner past its TTL that the service says is busy: ask again after
 QUIET_PLANS = frozenset({"steady", "patch-already-applied", "outdated-hold", "scale-up-suppressed"})
-# A set's next pass waits at least this many times the CPU its last cached decision took (cache
-# read, buckets, plan: O(runners)), so one big set cannot take more than 1/(1+PASS_SPACING) of a
-# core however often its runners change (README "runner-set worker", reads from the cache).
+# A set's next pass waits at least this many times the CPU its last cached decision took, so one
+# big set cannot take more than 1/(1+PASS_SPACING) of a core however often its runners change
+# (README "runner-set worker", reads from the cache). From the runner index a scale-up, steady or
+# count-only pass costs the same at any size; a pass that reads runner lists (scale-down, reaping,
+# failed or outdated runners, a revision change) still grows with them, and is spaced accordingly.
 PASS_SPACING = 2.0
 AUTHORITATIVE_PLANS = frozenset({"revision-applied"})  # decided on an API list, never on the cache
 HEARD_COMPLETIONS = 20_000  # JobCompleted events remembered (by runner); the oldest go first
