@@ -143,6 +143,16 @@ class Counts:
 BucketLists = Callable[[Bucket], list[EphemeralRunner]]
 
 
+class _BucketList:
+    """``Buckets.<bucket>``: that bucket's list, oldest first, asked for on first read."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.bucket = Bucket(name)
+
+    def __get__(self, b: Buckets, owner: type | None = None) -> list[EphemeralRunner]:
+        return b._list(self.bucket)
+
+
 class Buckets:
     """ARC's buckets; every runner is in exactly one. Lists are oldest first.
 
@@ -166,29 +176,12 @@ class Buckets:
             self._lists[bucket] = found
         return found
 
-    @property
-    def pending(self) -> list[EphemeralRunner]:
-        return self._list(Bucket.PENDING)
-
-    @property
-    def running(self) -> list[EphemeralRunner]:
-        return self._list(Bucket.RUNNING)
-
-    @property
-    def finished(self) -> list[EphemeralRunner]:
-        return self._list(Bucket.FINISHED)
-
-    @property
-    def failed(self) -> list[EphemeralRunner]:
-        return self._list(Bucket.FAILED)
-
-    @property
-    def outdated(self) -> list[EphemeralRunner]:
-        return self._list(Bucket.OUTDATED)
-
-    @property
-    def deleting(self) -> list[EphemeralRunner]:
-        return self._list(Bucket.DELETING)
+    pending = _BucketList()
+    running = _BucketList()
+    finished = _BucketList()
+    failed = _BucketList()
+    outdated = _BucketList()
+    deleting = _BucketList()
 
     @property
     def latest_patch_id(self) -> int:

@@ -33,10 +33,11 @@ from services.runner_set import expectations as xp
 from services.runner_set.failures import FailurePolicy
 from services.runner_set.metrics import RunnerSetMetrics
 from services.runner_set.reconciler import RunnerSetReconciler
-from shared.api import EphemeralRunner, EphemeralRunnerSet, decode
+from shared.api import EphemeralRunner, EphemeralRunnerSet
 from shared.api.constants import ANNOTATION_PATCH_ID, FINALIZER_EPHEMERAL_RUNNER_SET
 from shared.kube import EPHEMERAL_RUNNER_SETS, EPHEMERAL_RUNNERS, Change, Informer, ObjectKey
 from tests.bench.table import Table
+from tests.unit.services.runner_set import test_decide as decide_tests
 
 T0 = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC)
 UID = "uid-set"
@@ -82,35 +83,14 @@ def _set(n: int, scenario: str) -> EphemeralRunnerSet:
         "steady": (n, latest + 1, n),  # a new patch ID, nothing to create
         "status counts": (n, latest, n - 7),  # the patch is applied; stored counts lag
     }[scenario]
-    return decode(
-        EphemeralRunnerSet,
-        {
-            "apiVersion": "actions.github.com/v1alpha1",
-            "kind": "EphemeralRunnerSet",
-            "metadata": {
-                "name": "set",
-                "namespace": "ns",
-                "uid": UID,
-                "resourceVersion": "7",
-                "finalizers": [FINALIZER_EPHEMERAL_RUNNER_SET],
-            },
-            "spec": {
-                "replicas": replicas,
-                "patchID": patch_id,
-                "ephemeralRunnerSpec": {
-                    "githubConfigUrl": "https://github.com/org",
-                    "githubConfigSecret": "s",
-                    "runnerScaleSetId": 1,
-                    "spec": {"containers": [{"name": "runner", "image": "r"}]},
-                },
-            },
-            "status": {
-                "currentReplicas": counted,
-                "pendingEphemeralRunners": n - n // 2,
-                "runningEphemeralRunners": n // 2,
-                "phase": "Running",
-            },
-        },
+    s = decide_tests.ers(replicas=replicas, patch_id=patch_id)
+    assert s.status is not None
+    return msgspec.structs.replace(
+        s,
+        metadata=msgspec.structs.replace(s.metadata, uid=UID, finalizers=[FINALIZER_EPHEMERAL_RUNNER_SET]),
+        status=msgspec.structs.replace(
+            s.status, current_replicas=counted, pending_ephemeral_runners=n - n // 2, running_ephemeral_runners=n // 2
+        ),
     )
 
 

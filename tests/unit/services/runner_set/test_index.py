@@ -18,6 +18,7 @@ from services.runner_set.failures import FailurePolicy
 from shared.api import EphemeralRunner, EphemeralRunnerSet, decode
 from shared.api.constants import ANNOTATION_ACTIONABLE_REVISION, ANNOTATION_FAILED_AT, ANNOTATION_PATCH_ID
 from shared.kube import EPHEMERAL_RUNNERS, Informer
+from tests.unit.services.runner_set import test_decide as decide_tests
 from tests.unit.services.runner_set.test_decide import T0
 
 SETS = {"A": "uid-A", "B": "uid-B"}  # set name → uid; both in namespace "ns"
@@ -34,30 +35,18 @@ def _informer(namespace: str | None) -> Informer[EphemeralRunner]:
 
 def _ers(rng: random.Random, name: str) -> EphemeralRunnerSet:
     revision = rng.randint(0, 3)
-    return decode(
-        EphemeralRunnerSet,
-        {
-            "apiVersion": "actions.github.com/v1alpha1",
-            "kind": "EphemeralRunnerSet",
-            "metadata": {"name": name, "namespace": "ns", "uid": SETS[name], "resourceVersion": "7"},
-            "spec": {
-                "replicas": rng.randint(0, 12),
-                "patchID": rng.choice([0, 0, 1, 2, 3, 4, 5]),
-                "actionableRevision": revision,
-                "ephemeralRunnerSpec": {
-                    "githubConfigUrl": "https://github.com/org",
-                    "githubConfigSecret": "s",
-                    "runnerScaleSetId": 1,
-                    "spec": {"containers": [{"name": "runner", "image": "r"}]},
-                },
-            },
-            "status": {
-                "appliedActionableRevision": rng.choice([revision, revision, max(0, revision - 1)]),
-                "finishedRunnerCleanupPatchID": rng.choice([None, 0, 2, 4]),
-                "pendingEphemeralRunners": rng.randint(0, 3),
-                "phase": "Running",
-            },
-        },
+    s = decide_tests.ers(
+        replicas=rng.randint(0, 12),
+        patch_id=rng.choice([0, 0, 1, 2, 3, 4, 5]),
+        revision=revision,
+        applied=rng.choice([revision, revision, max(0, revision - 1)]),
+        marker=rng.choice([None, 0, 2, 4]),
+    )
+    assert s.status is not None
+    return msgspec.structs.replace(
+        s,
+        metadata=msgspec.structs.replace(s.metadata, name=name, uid=SETS[name]),
+        status=msgspec.structs.replace(s.status, pending_ephemeral_runners=rng.randint(0, 3)),
     )
 
 
