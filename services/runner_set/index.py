@@ -61,7 +61,7 @@ class _Filed:
 class SetRunners:
     """One set's runners in one informer: by bucket, counts, patch IDs, uid → deleting."""
 
-    __slots__ = ("_latest", "_sorted", "by_bucket", "generation", "members", "patch_ids")
+    __slots__ = ("_latest", "_size", "_sorted", "by_bucket", "generation", "members", "patch_ids")
 
     def __init__(self) -> None:
         self.by_bucket: dict[Bucket, dict[ObjectKey, EphemeralRunner]] = {b: {} for b in Bucket}
@@ -70,12 +70,14 @@ class SetRunners:
         self.generation = 0  # bumped by every change: a Buckets taken before it is stale
         self._sorted: dict[Bucket, list[EphemeralRunner]] = {}
         self._latest: int | None = 0  # None: recompute (the newest patch ID's last runner went)
+        self._size = 0  # runners filed (by key; ``members`` is by uid)
 
     def __len__(self) -> int:
-        return len(self.members)
+        return self._size
 
     def add(self, key: ObjectKey, f: _Filed) -> None:
         self.by_bucket[f.bucket][key] = f.obj
+        self._size += 1
         self.members[f.uid] = f.bucket is Bucket.DELETING
         if f.patch_id is not None:
             self.patch_ids[f.patch_id] += 1
@@ -86,6 +88,7 @@ class SetRunners:
 
     def drop(self, key: ObjectKey, f: _Filed) -> None:
         del self.by_bucket[f.bucket][key]
+        self._size -= 1
         self.members.pop(f.uid, None)
         if f.patch_id is not None:
             self.patch_ids[f.patch_id] -= 1
