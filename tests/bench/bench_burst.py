@@ -132,6 +132,8 @@ class Outcome:
         self.rss: dict[str, float] = {}
         self.cpu: dict[str, float] = {}  # CPU seconds per component during the burst
         self.requests: dict[str, int] = {}  # API server requests during the burst, "verb resource[/sub]" → count
+        self.statuses: dict[str, int] = {}  # the same by answer, "verb resource[/sub] status" (not 2xx only)
+        self.actions: dict[str, int] = {}  # Actions simulator requests during the burst, "METHOD endpoint status"
         self.shape: fig.Shape | None = None
         self.settled = 0.0  # seconds waited for a quiet stack (negative: it never was)
 
@@ -155,6 +157,7 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
             emulator = f"{kube.client.host.rstrip('/')}/_emulator/requests" if not opts.kubeconfig else ""
             if emulator:
                 await _sim(http, "DELETE", emulator)
+            await _sim(http, "DELETE", f"{sim_url}/_sim/request-counts")
             before = _stack(Path(opts.workdir))
             started = running.started = time.monotonic()
             await _sim(
@@ -175,6 +178,11 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
             for row in rows:
                 what = f"{row['verb']} {row['resource']}" + (f"/{row['subresource']}" if row["subresource"] else "")
                 out.requests[what] = out.requests.get(what, 0) + int(row["count"])
+                for code, c in row.get("statuses", {}).items():
+                    if not code.startswith("2"):
+                        out.statuses[f"{what} {code}"] = out.statuses.get(f"{what} {code}", 0) + int(c)
+        for row in await _sim(http, "GET", f"{sim_url}/_sim/request-counts"):
+            out.actions[f"{row['method']} {row['endpoint']} {row['status']}"] = int(row["count"])
         if out.seconds is None:
             out.error = f"{out.reached}/{n} pods Running after {timeout:.0f}s"
             return 1
@@ -255,6 +263,25 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
         "",
         "",
     )
+    print(_requests_table(results).render())
+    print()
+    return table
+
+
+def _per_runner(counts: dict[str, int], n: int) -> str:
+    total = sum(counts.values())
+    rows = sorted(counts.items(), key=lambda kv: -kv[1])
+    return f"{total / n:.2f}: " + ", ".join(f"{k} {c / n:.2f}" for k, c in rows) if counts else ""
+
+
+def _requests_table(results: dict[int, Outcome]) -> Table:
+    """Every request during each burst, per runner: what grows with N shows as a count (issue 10)."""
+    table = Table(
+        "Burst: requests per runner during the burst (all of them)",
+        ["N", "Actions simulator (method endpoint status)", "API server not 2xx (verb resource status)", "API server"],
+    )
+    for n, r in results.items():
+        table.add(str(n), _per_runner(r.actions, n), _per_runner(r.statuses, n), _per_runner(r.requests, n))
     return table
 
 

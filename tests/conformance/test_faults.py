@@ -120,6 +120,10 @@ async def test_request_counter_and_metrics(http: Http, namespace: str, control: 
     assert rows[("create", "widgets", "")] == 1
     assert rows[("patch", "widgets", "status")] == 1
     assert rows[("list", "widgets", "")] == 1
+    assert (await http.get(widgets(namespace, "absent")))[0] == 404
+    statuses = {(r["verb"], r["resource"], r["subresource"]): r["statuses"] for r in control.request_counts()}
+    assert statuses[("create", "widgets", "")] == {"201": 1}
+    assert statuses[("get", "widgets", "")] == {"404": 1}  # the burst bench counts conflicts this way
     status, text = await http.get("/metrics")
     assert status == 200
     assert (
