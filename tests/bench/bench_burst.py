@@ -133,6 +133,7 @@ class Outcome:
         self.cpu: dict[str, float] = {}  # CPU seconds per component during the burst
         self.requests: dict[str, int] = {}  # API server requests during the burst, "verb resource[/sub]" → count
         self.statuses: dict[str, int] = {}  # the same by answer, "verb resource[/sub] status" (not 2xx only)
+        self.watches: dict[str, tuple[int, int, int, int]] = {}  # resource → watches opened, events, writes, bytes
         self.actions: dict[str, int] = {}  # Actions simulator requests during the burst, "METHOD endpoint status"
         self.shape: fig.Shape | None = None
         self.settled = 0.0  # seconds waited for a quiet stack (negative: it never was)
@@ -157,6 +158,7 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
             emulator = f"{kube.client.host.rstrip('/')}/_emulator/requests" if not opts.kubeconfig else ""
             if emulator:
                 await _sim(http, "DELETE", emulator)
+                await _sim(http, "DELETE", emulator.replace("/requests", "/watch-counts"))
             await _sim(http, "DELETE", f"{sim_url}/_sim/request-counts")
             before = _stack(Path(opts.workdir))
             started = running.started = time.monotonic()
@@ -181,6 +183,8 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
                 for code, c in row.get("statuses", {}).items():
                     if not code.startswith("2"):
                         out.statuses[f"{what} {code}"] = out.statuses.get(f"{what} {code}", 0) + int(c)
+            for row in await _sim(http, "GET", emulator.replace("/requests", "/watch-counts")):
+                out.watches[row["resource"]] = (row["watches"], row["events"], row["writes"], row["bytes"])
         for row in await _sim(http, "GET", f"{sim_url}/_sim/request-counts"):
             out.actions[f"{row['method']} {row['endpoint']} {row['status']}"] = int(row["count"])
         if out.seconds is None:
@@ -278,10 +282,20 @@ def _requests_table(results: dict[int, Outcome]) -> Table:
     """Every request during each burst, per runner: what grows with N shows as a count (issue 10)."""
     table = Table(
         "Burst: requests per runner during the burst (all of them)",
-        ["N", "Actions simulator (method endpoint status)", "API server not 2xx (verb resource status)", "API server"],
+        [
+            "N",
+            "Actions simulator (method endpoint status)",
+            "API server not 2xx (verb resource status)",
+            "watch streams: resource watches opened, events / writes / kB per runner",
+            "API server",
+        ],
     )
     for n, r in results.items():
-        table.add(str(n), _per_runner(r.actions, n), _per_runner(r.statuses, n), _per_runner(r.requests, n))
+        watches = ", ".join(
+            f"{k} {w} {e / n:.2f} / {c / n:.2f} / {b / n / 1000:.1f}"
+            for k, (w, e, c, b) in sorted(r.watches.items(), key=lambda kv: -kv[1][3])
+        )
+        table.add(str(n), _per_runner(r.actions, n), _per_runner(r.statuses, n), watches, _per_runner(r.requests, n))
     return table
 
 

@@ -102,6 +102,9 @@ class Emulator:
         self.request_counts: Counter[tuple[str, str, str, str]] = Counter()
         # The same requests by answer status: conflicts (409) and not-founds per request kind.
         self.status_counts: Counter[tuple[tuple[str, str, str, str], int]] = Counter()
+        # What the watch streams sent, by resource: [watches opened, events, writes, bytes] (issue 10:
+        # the bench counts watch traffic per runner, to see what grows with the burst's size).
+        self.watch_counts: dict[str, list[int]] = {}
         self._request_children: dict[tuple[tuple[str, str, str, str], int], Any] = {}
         self.metrics_registry = CollectorRegistry()
         self._requests = PromCounter(
@@ -368,6 +371,14 @@ class Emulator:
             if path == "/_emulator/gc" and m == "POST":
                 changed = self.controllers.run_once()
                 return json_response({"changed": changed})
+            if path == "/_emulator/watch-counts" and m == "GET":
+                fields = ("watches", "events", "writes", "bytes")
+                return json_response(
+                    [{"resource": r} | dict(zip(fields, c, strict=True)) for r, c in sorted(self.watch_counts.items())]
+                )
+            if path == "/_emulator/watch-counts" and m == "DELETE":
+                self.watch_counts.clear()
+                return json_response({"cleared": True})
             if path == "/_emulator/requests" and m == "GET":
                 statuses: dict[tuple[str, str, str, str], dict[str, int]] = {}
                 for (key, code), c in self.status_counts.items():
