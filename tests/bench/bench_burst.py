@@ -23,7 +23,11 @@ Every N measures the same thing: the clock starts when the jobs are queued, the 
 counted from the same moment, and the burst starts only once the stack is quiet (its processes
 together below a fifth of a core for a second, at most 30 s after the listener's session opened):
 the workers' start-up (initial lists, lease acquisition) is not counted at one N and not at
-another (figures in tests/bench/burst_figures.py).
+another (figures in tests/bench/burst_figures.py). The stack's CPU is also read once it is quiet again
+after the burst: the work still done for the runners after the last pod is Running (status writes,
+events, desired-state rounds) is cut from the burst's own figure, a larger share at 300 than at
+3,000. The request counts (Actions simulator by route and status, API server by verb, resource and
+status, watch traffic by resource) are read then too: every request of the burst, per runner.
 """
 
 from __future__ import annotations
@@ -137,6 +141,8 @@ class Outcome:
         self.actions: dict[str, int] = {}  # Actions simulator requests during the burst, "METHOD endpoint status"
         self.shape: fig.Shape | None = None
         self.settled = 0.0  # seconds waited for a quiet stack (negative: it never was)
+        self.cpu_settled: dict[str, float] = {}  # CPU seconds per component until quiet again after the burst
+        self.settled_after = 0.0  # seconds from the last pod Running to a quiet stack (negative: never)
 
 
 def _workload(n: int, out: Outcome, timeout: float) -> Any:
@@ -175,6 +181,10 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
         after = _stack(Path(opts.workdir))
         out.rss = {k: v[1] for k, v in after.items()}
         out.cpu = {k: v[0] - before.get(k, (0.0, 0.0))[0] for k, v in after.items()}
+        # The burst's whole work: what the stack still does for these runners once they are Running
+        # (status writes, events, desired-state rounds) is cut from ``cpu``, a larger share at 300.
+        out.settled_after = await _quiet(Path(opts.workdir))
+        out.cpu_settled = {k: v[0] - before.get(k, (0.0, 0.0))[0] for k, v in _stack(Path(opts.workdir)).items()}
         if emulator:
             rows = await _sim(http, "GET", emulator)
             for row in rows:
@@ -222,6 +232,8 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     times = {n: r.seconds for n, r in results.items() if r.seconds is not None}
     ratio = fig.growth(times)
     cpu_ratio = fig.growth({n: sum(r.cpu.values()) for n, r in results.items() if r.seconds is not None and r.cpu})
+    whole = {n: sum(r.cpu_settled.values()) for n, r in results.items() if r.seconds is not None and r.cpu_settled}
+    whole_ratio = fig.growth(whole)
     table = Table(
         "Burst, embedded stack (N jobs queued at once → N runner pods Running; default worker settings)",
         [
@@ -231,6 +243,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
             "growth vs 300",
             "first Running / steady rate (10-90 %)",
             "CPU ms per runner (growth vs 300) on cores used",
+            "CPU ms per runner until quiet (growth), quiet after",
             "RSS runner-set / runner (MB)",
             "CPU s during burst",
             "API requests per runner",
@@ -240,7 +253,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     for n, r in results.items():
         goal = f"<= {GOAL_1000:g} s" if n == 1000 else ("<= 1.0 growth" if n > 300 else "")
         if r.seconds is None:
-            table.add(str(n), f"failed: {r.error}", "", "", "", "", "", "", "", goal)
+            table.add(str(n), f"failed: {r.error}", "", "", "", "", "", "", "", "", goal)
             continue
         g = f"{ratio[n]:.2f}" if n in ratio else ""
         rss = f"{r.rss.get('runner-set', 0):.0f} / {r.rss.get('runner', 0):.0f}" if r.rss else "?"
@@ -253,11 +266,16 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
             sh += f" (stack not quiet after {-r.settled:.0f} s)"
         per = f"{fig.cpu_ms_per_runner(r.cpu, n):.1f}" + (f" ({cpu_ratio[n]:.2f})" if n in cpu_ratio else "")
         per += f" on {fig.cores_used(r.cpu, r.seconds):.2f} cores" if r.cpu and r.seconds > 0 else ""
-        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, sh, per, rss, cpu, reqs, goal)
+        settled = ""
+        if n in whole:
+            settled = f"{whole[n] * 1000 / n:.1f}" + (f" ({whole_ratio[n]:.2f})" if n in whole_ratio else "")
+            settled += f", {r.settled_after:.0f} s" if r.settled_after >= 0 else f", not after {-r.settled_after:.0f} s"
+        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, sh, per, settled, rss, cpu, reqs, goal)
     table.add(
         "load (1/5/15 min) before → after",
         f"{'/'.join(f'{x:.1f}' for x in load_before)} → {'/'.join(f'{x:.1f}' for x in load_after)}"
         f" on {os.cpu_count()} cores",
+        "",
         "",
         "",
         "",
