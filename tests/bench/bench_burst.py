@@ -270,6 +270,9 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
         if n in whole:
             settled = f"{whole[n] * 1000 / n:.1f}" + (f" ({whole_ratio[n]:.2f})" if n in whole_ratio else "")
             settled += f", {r.settled_after:.0f} s" if r.settled_after >= 0 else f", not after {-r.settled_after:.0f} s"
+            settled += ": " + " ".join(
+                f"{k} {v * 1000 / n:.2f}" for k, v in sorted(r.cpu_settled.items(), key=lambda kv: -kv[1]) if v >= 0.05
+            )
         table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, sh, per, settled, rss, cpu, reqs, goal)
     table.add(
         "load (1/5/15 min) before → after",
