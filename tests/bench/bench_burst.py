@@ -23,7 +23,11 @@ Every N measures the same thing: the clock starts when the jobs are queued, the 
 counted from the same moment, and the burst starts only once the stack is quiet (its processes
 together below a fifth of a core for a second, at most 30 s after the listener's session opened):
 the workers' start-up (initial lists, lease acquisition) is not counted at one N and not at
-another (figures in tests/bench/burst_figures.py).
+another (figures in tests/bench/burst_figures.py). The stack's CPU is also read once it is quiet again
+after the burst: the work still done for the runners after the last pod is Running (status writes,
+events, desired-state rounds) is cut from the burst's own figure, a larger share at 300 than at
+3,000. The request counts (Actions simulator by route and status, API server by verb, resource and
+status, watch traffic by resource) are read then too: every request of the burst, per runner.
 """
 
 from __future__ import annotations
@@ -132,8 +136,13 @@ class Outcome:
         self.rss: dict[str, float] = {}
         self.cpu: dict[str, float] = {}  # CPU seconds per component during the burst
         self.requests: dict[str, int] = {}  # API server requests during the burst, "verb resource[/sub]" → count
+        self.statuses: dict[str, int] = {}  # the same by answer, "verb resource[/sub] status" (not 2xx only)
+        self.watches: dict[str, tuple[int, int, int, int]] = {}  # resource → watches opened, events, writes, bytes
+        self.actions: dict[str, int] = {}  # Actions simulator requests during the burst, "METHOD endpoint status"
         self.shape: fig.Shape | None = None
         self.settled = 0.0  # seconds waited for a quiet stack (negative: it never was)
+        self.cpu_settled: dict[str, float] = {}  # CPU seconds per component until quiet again after the burst
+        self.settled_after = 0.0  # seconds from the last pod Running to a quiet stack (negative: never)
 
 
 def _workload(n: int, out: Outcome, timeout: float) -> Any:
@@ -155,6 +164,8 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
             emulator = f"{kube.client.host.rstrip('/')}/_emulator/requests" if not opts.kubeconfig else ""
             if emulator:
                 await _sim(http, "DELETE", emulator)
+                await _sim(http, "DELETE", emulator.replace("/requests", "/watch-counts"))
+            await _sim(http, "DELETE", f"{sim_url}/_sim/request-counts")
             before = _stack(Path(opts.workdir))
             started = running.started = time.monotonic()
             await _sim(
@@ -170,11 +181,22 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
         after = _stack(Path(opts.workdir))
         out.rss = {k: v[1] for k, v in after.items()}
         out.cpu = {k: v[0] - before.get(k, (0.0, 0.0))[0] for k, v in after.items()}
+        # The burst's whole work: what the stack still does for these runners once they are Running
+        # (status writes, events, desired-state rounds) is cut from ``cpu``, a larger share at 300.
+        out.settled_after = await _quiet(Path(opts.workdir))
+        out.cpu_settled = {k: v[0] - before.get(k, (0.0, 0.0))[0] for k, v in _stack(Path(opts.workdir)).items()}
         if emulator:
             rows = await _sim(http, "GET", emulator)
             for row in rows:
                 what = f"{row['verb']} {row['resource']}" + (f"/{row['subresource']}" if row["subresource"] else "")
                 out.requests[what] = out.requests.get(what, 0) + int(row["count"])
+                for code, c in row.get("statuses", {}).items():
+                    if not code.startswith("2"):
+                        out.statuses[f"{what} {code}"] = out.statuses.get(f"{what} {code}", 0) + int(c)
+            for row in await _sim(http, "GET", emulator.replace("/requests", "/watch-counts")):
+                out.watches[row["resource"]] = (row["watches"], row["events"], row["writes"], row["bytes"])
+        for row in await _sim(http, "GET", f"{sim_url}/_sim/request-counts"):
+            out.actions[f"{row['method']} {row['endpoint']} {row['status']}"] = int(row["count"])
         if out.seconds is None:
             out.error = f"{out.reached}/{n} pods Running after {timeout:.0f}s"
             return 1
@@ -210,6 +232,8 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     times = {n: r.seconds for n, r in results.items() if r.seconds is not None}
     ratio = fig.growth(times)
     cpu_ratio = fig.growth({n: sum(r.cpu.values()) for n, r in results.items() if r.seconds is not None and r.cpu})
+    whole = {n: sum(r.cpu_settled.values()) for n, r in results.items() if r.seconds is not None and r.cpu_settled}
+    whole_ratio = fig.growth(whole)
     table = Table(
         "Burst, embedded stack (N jobs queued at once → N runner pods Running; default worker settings)",
         [
@@ -219,6 +243,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
             "growth vs 300",
             "first Running / steady rate (10-90 %)",
             "CPU ms per runner (growth vs 300) on cores used",
+            "CPU ms per runner until quiet (growth), quiet after",
             "RSS runner-set / runner (MB)",
             "CPU s during burst",
             "API requests per runner",
@@ -228,7 +253,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     for n, r in results.items():
         goal = f"<= {GOAL_1000:g} s" if n == 1000 else ("<= 1.0 growth" if n > 300 else "")
         if r.seconds is None:
-            table.add(str(n), f"failed: {r.error}", "", "", "", "", "", "", "", goal)
+            table.add(str(n), f"failed: {r.error}", "", "", "", "", "", "", "", "", goal)
             continue
         g = f"{ratio[n]:.2f}" if n in ratio else ""
         rss = f"{r.rss.get('runner-set', 0):.0f} / {r.rss.get('runner', 0):.0f}" if r.rss else "?"
@@ -241,7 +266,14 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
             sh += f" (stack not quiet after {-r.settled:.0f} s)"
         per = f"{fig.cpu_ms_per_runner(r.cpu, n):.1f}" + (f" ({cpu_ratio[n]:.2f})" if n in cpu_ratio else "")
         per += f" on {fig.cores_used(r.cpu, r.seconds):.2f} cores" if r.cpu and r.seconds > 0 else ""
-        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, sh, per, rss, cpu, reqs, goal)
+        settled = ""
+        if n in whole:
+            settled = f"{whole[n] * 1000 / n:.1f}" + (f" ({whole_ratio[n]:.2f})" if n in whole_ratio else "")
+            settled += f", {r.settled_after:.0f} s" if r.settled_after >= 0 else f", not after {-r.settled_after:.0f} s"
+            settled += ": " + " ".join(
+                f"{k} {v * 1000 / n:.2f}" for k, v in sorted(r.cpu_settled.items(), key=lambda kv: -kv[1]) if v >= 0.05
+            )
+        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, sh, per, settled, rss, cpu, reqs, goal)
     table.add(
         "load (1/5/15 min) before → after",
         f"{'/'.join(f'{x:.1f}' for x in load_before)} → {'/'.join(f'{x:.1f}' for x in load_after)}"
@@ -254,7 +286,37 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
         "",
         "",
         "",
+        "",
     )
+    print(_requests_table(results).render())
+    print()
+    return table
+
+
+def _per_runner(counts: dict[str, int], n: int) -> str:
+    total = sum(counts.values())
+    rows = sorted(counts.items(), key=lambda kv: -kv[1])
+    return f"{total / n:.2f}: " + ", ".join(f"{k} {c / n:.2f}" for k, c in rows) if counts else ""
+
+
+def _requests_table(results: dict[int, Outcome]) -> Table:
+    """Every request during each burst, per runner: what grows with N shows as a count (issue 10)."""
+    table = Table(
+        "Burst: requests per runner during the burst (all of them)",
+        [
+            "N",
+            "Actions simulator (method endpoint status)",
+            "API server not 2xx (verb resource status)",
+            "watch streams: resource watches opened, events / writes / kB per runner",
+            "API server",
+        ],
+    )
+    for n, r in results.items():
+        watches = ", ".join(
+            f"{k} {w} {e / n:.2f} / {c / n:.2f} / {b / n / 1000:.1f}"
+            for k, (w, e, c, b) in sorted(r.watches.items(), key=lambda kv: -kv[1][3])
+        )
+        table.add(str(n), _per_runner(r.actions, n), _per_runner(r.statuses, n), watches, _per_runner(r.requests, n))
     return table
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -120,12 +121,30 @@ async def test_request_counter_and_metrics(http: Http, namespace: str, control: 
     assert rows[("create", "widgets", "")] == 1
     assert rows[("patch", "widgets", "status")] == 1
     assert rows[("list", "widgets", "")] == 1
+    assert (await http.get(widgets(namespace, "absent")))[0] == 404
+    statuses = {(r["verb"], r["resource"], r["subresource"]): r["statuses"] for r in control.request_counts()}
+    assert statuses[("create", "widgets", "")] == {"201": 1}
+    assert statuses[("get", "widgets", "")] == {"404": 1}  # the burst bench counts conflicts this way
     status, text = await http.get("/metrics")
     assert status == 200
     assert (
         f'apiserver_request_total{{code="200",group="{GROUP}",resource="widgets",subresource="status",verb="patch"}}'
         in text
     )
+
+
+async def test_watch_counts_count_what_the_streams_sent(http: Http, namespace: str, control: EmulatorControl) -> None:
+    """Issue 10: the burst bench counts watch traffic per runner (events, writes, bytes)."""
+    control._call("DELETE", "/_emulator/watch-counts")
+    await http.create(widgets(namespace), widget("w1"))
+    await http.create(widgets(namespace), widget("w2"))
+    events = await watch_lines(http, widgets(namespace), {"resourceVersion": "0"}, 2)
+    assert len(events) == 2
+    [row] = [r for r in control._call("GET", "/_emulator/watch-counts") if r["resource"] == "widgets"]
+    assert row["watches"] == 1 and row["events"] == 2 and 1 <= row["writes"] <= 2
+    assert row["bytes"] == sum(len(json.dumps(e, separators=(",", ":"))) + 1 for e in events)
+    control._call("DELETE", "/_emulator/watch-counts")
+    assert control._call("GET", "/_emulator/watch-counts") == []
 
 
 async def test_python_hooks_in_process(kube_api: KubeApi, http: Http, namespace: str) -> None:

@@ -418,3 +418,19 @@ async def test_connect_answers_the_job_already_waiting_and_the_runner_skips_its_
 
     idle = (await service.jit(ss["id"], "idle")).json()
     assert "job" not in await _connect_by_hand(service, idle["encodedJITConfig"])
+
+
+async def test_request_counts_count_every_request_by_endpoint_and_status(service: Service) -> None:
+    """Issue 10: the burst bench counts requests per runner by route; the request log keeps only
+    the latest 2,000, the counts keep every request until cleared."""
+    ss = await service.create_scale_set()
+    await service.sim.control.clear_request_counts()
+    for i in range(3):
+        assert (await service.jit(ss["id"], f"counted-{i}")).status == 200
+    assert (await service.jit(ss["id"], "counted-0")).status == 409  # the name is taken
+    counts = {(c.method, c.endpoint, c.status): c.count for c in await service.sim.control.request_counts()}
+    assert counts == {("POST", "generate_jit_config", 200): 3, ("POST", "generate_jit_config", 409): 1}
+    await service.sim.control.clear_requests()  # the bounded log forgets; the counts do not
+    assert len(await service.sim.control.request_counts()) == 2
+    await service.sim.control.clear_request_counts()
+    assert await service.sim.control.request_counts() == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import msgspec
 import pytest
 
@@ -293,6 +295,31 @@ def test_acked_messages_beyond_the_inspection_window_are_forgotten() -> None:
     assert len(kept) <= 1001 and kept[0].message_id == unacked_first  # unacked ones are never dropped
     first = world.next_message(ss, 0)
     assert first is not None and first.message_id == unacked_first
+
+
+class _NotToWalk(list[StoredMessage]):
+    """A queue's kept messages that fail the test when walked."""
+
+    def __iter__(self) -> Iterator[StoredMessage]:
+        raise AssertionError("the kept messages were walked")
+
+
+def test_polls_and_acks_do_not_walk_the_kept_acked_messages() -> None:
+    # Issue 10: a burst of N runners makes ~N messages; every poll, wake-up and ack walked all
+    # of the up to 1,000 kept ones, O(N) per request.
+    world, _, ss = make_world()
+    ids = [world.inject_message(ss, body="", statistics=None, message_type=None).message_id for _ in range(1000)]
+    for message_id in ids:
+        world.ack_message(ss, message_id)
+    queue = world.queues[ss]
+    queue.messages = _NotToWalk(queue.messages)
+    assert world.next_message(ss, ids[-1]) is None
+    new = world.inject_message(ss, body="", statistics=None, message_type=None)
+    assert world.next_message(ss, ids[-1]) is new
+    assert world.next_message(ss, 0) is new  # a poll from scratch gets the oldest unacked one
+    world.ack_message(ss, new.message_id)
+    assert world.next_message(ss, 0) is None
+    assert new.acked and len(queue.messages) == 1000  # acked, and still kept for inspection
 
 
 def test_jobs_route_only_to_scale_sets_whose_scope_covers_the_repository() -> None:

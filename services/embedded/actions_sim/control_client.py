@@ -110,6 +110,12 @@ class _Methods:
     def clear_requests(self) -> Any:
         return self._call("DELETE", "/_sim/requests")
 
+    def request_counts(self) -> Any:
+        return self._call("GET", "/_sim/request-counts", None, list[views.RequestCount])
+
+    def clear_request_counts(self) -> Any:
+        return self._call("DELETE", "/_sim/request-counts")
+
     def set_fault(
         self,
         endpoint: str,

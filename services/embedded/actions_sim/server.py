@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -92,6 +92,9 @@ class Simulator:
         self.faults = faults_mod.FaultBook()
         self.clock_offset = 0.0
         self.requests: deque[views.RequestRecord] = deque(maxlen=2000)
+        # Every request answered, by (method, endpoint, status): the log above is bounded, a burst
+        # of thousands of runners needs all of them counted (issue 10: requests per runner).
+        self.request_counts: Counter[tuple[str, str, int]] = Counter()
         self.app_public_key_pem = public_key_pem(config.app_private_key_pem)
         self.installations = {config.installation_id + i: org for i, org in enumerate(config.seed.orgs)}
         self.installation_tokens: dict[str, tuple[int, float]] = {}
@@ -196,6 +199,7 @@ class Simulator:
         self.world.reset()
         self.faults.clear()
         self.requests.clear()
+        self.request_counts.clear()
         self.clock_offset = 0.0
         self.installation_tokens.clear()
         self.registration_tokens.clear()
@@ -844,6 +848,14 @@ class Simulator:
         self.requests.clear()
         return web.Response(status=204)
 
+    async def sim_request_counts(self, request: web.Request) -> web.Response:
+        counts = sorted(self.request_counts.items())
+        return _json([views.RequestCount(method=m, endpoint=e, status=s, count=c) for (m, e, s), c in counts])
+
+    async def sim_clear_request_counts(self, request: web.Request) -> web.Response:
+        self.request_counts.clear()
+        return web.Response(status=204)
+
     async def sim_clock(self, request: web.Request) -> web.Response:
         return _json(views.ClockView(now=self.now()))
 
@@ -890,6 +902,7 @@ class Simulator:
                 response.headers["ActivityId"] = str(uuid.uuid4())
             if "api-version" not in request.query and request.path.startswith(SERVICE_PREFIX):
                 log.debug("actions call without api-version", endpoint=endpoint)
+            self.request_counts[request.method, endpoint, response.status] += 1
             self.requests.append(
                 views.RequestRecord(
                     time=self.now(),
@@ -999,6 +1012,8 @@ class Simulator:
         r.add_delete(r"/_sim/faults/{fault_id:\d+}", self.sim_delete_fault)
         r.add_get("/_sim/requests", self.sim_requests)
         r.add_delete("/_sim/requests", self.sim_clear_requests)
+        r.add_get("/_sim/request-counts", self.sim_request_counts)
+        r.add_delete("/_sim/request-counts", self.sim_clear_request_counts)
         r.add_get("/_sim/clock", self.sim_clock)
         r.add_post("/_sim/clock", self.sim_advance_clock)
         r.add_post("/_sim/reset", self.sim_reset)

@@ -199,6 +199,16 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     fault: int | None = None
 
 
+class RequestCount(msgspec.Struct, kw_only=True):
+    """How many requests of one kind the simulated service answered since the last clear: every
+    request counts, where the request log (``/_sim/requests``) keeps only the latest 2,000."""
+
+    method: str
+    endpoint: str
+    status: int
+    count: int
+
+
 class MinRunnerVersion(msgspec.Struct):
     version: str
 

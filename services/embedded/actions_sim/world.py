@@ -203,6 +203,10 @@ class MessageQueue(msgspec.Struct):
 
     pending: list[wire.JobMessage] = msgspec.field(default_factory=list)
     messages: list[StoredMessage] = msgspec.field(default_factory=list)
+    # The unacked ones among ``messages`` by id, oldest first: a poll and an ack look here, not at
+    # the up to MAX_KEPT_MESSAGES acked ones kept for inspection (issue 10: a burst of N runners
+    # makes ~N messages, and every poll, wake-up and ack walked all of them kept, O(N) each).
+    unacked: dict[int, StoredMessage] = msgspec.field(default_factory=dict)
     redeliver: list[int] = msgspec.field(default_factory=list)
     duplicate_next: bool = False
     reverse_next: bool = False
@@ -559,8 +563,8 @@ class World:
             for m in queue.messages:
                 if m.message_id == wanted:
                     return m
-        for m in queue.messages:
-            if not m.acked and m.message_id > last_message_id:
+        for m in queue.unacked.values():
+            if m.message_id > last_message_id:
                 return m
         if not queue.pending and not queue.carry_over:
             return None
@@ -585,7 +589,9 @@ class World:
             body=body,
             statistics=stats,
         )
-        self.queues[scale_set_id].messages.append(message)
+        queue = self.queues[scale_set_id]
+        queue.messages.append(message)
+        queue.unacked[message.message_id] = message
         self.touch()
         return message
 
@@ -601,11 +607,13 @@ class World:
         """Q2. Acking twice is fine (a retried delete); an id never issued is 404 (assumption)."""
         queue = self.queues.get(scale_set_id)
         if queue is not None:
-            for m in queue.messages:
-                if m.message_id == message_id:
-                    m.acked = True
-                    self._prune(queue)
-                    return
+            message = queue.unacked.pop(message_id, None)
+            if message is not None:
+                message.acked = True
+                self._prune(queue)
+                return
+            if any(m.message_id == message_id for m in queue.messages):
+                return  # acked before: a retried delete (the only walk of the kept messages)
         raise ServiceFault(404, exception_name("MessageNotFoundException"), f"No message with id {message_id}.")
 
     @staticmethod

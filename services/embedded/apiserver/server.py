@@ -100,6 +100,11 @@ class Emulator:
         self.controllers = Controllers(self.api, self.settings.gc_delay_seconds)
         self.open_watches: set[Watcher] = set()
         self.request_counts: Counter[tuple[str, str, str, str]] = Counter()
+        # The same requests by answer status: conflicts (409) and not-founds per request kind.
+        self.status_counts: Counter[tuple[tuple[str, str, str, str], int]] = Counter()
+        # What the watch streams sent, by resource: [watches opened, events, writes, bytes] (issue 10:
+        # the bench counts watch traffic per runner, to see what grows with the burst's size).
+        self.watch_counts: dict[str, list[int]] = {}
         self._request_children: dict[tuple[tuple[str, str, str, str], int], Any] = {}
         self.metrics_registry = CollectorRegistry()
         self._requests = PromCounter(
@@ -301,6 +306,7 @@ class Emulator:
             if info.is_resource:
                 key = (info.verb, info.group, info.plural, info.subresource)
                 self.request_counts[key] += 1
+                self.status_counts[key, status] += 1
                 child = self._request_children.get((key, status))
                 if child is None:  # labels() per request costs a lock and a tuple of strings
                     child = self._request_children[(key, status)] = self._requests.labels(*key, str(status))
@@ -365,14 +371,27 @@ class Emulator:
             if path == "/_emulator/gc" and m == "POST":
                 changed = self.controllers.run_once()
                 return json_response({"changed": changed})
+            if path == "/_emulator/watch-counts" and m == "GET":
+                fields = ("watches", "events", "writes", "bytes")
+                return json_response(
+                    [{"resource": r} | dict(zip(fields, c, strict=True)) for r, c in sorted(self.watch_counts.items())]
+                )
+            if path == "/_emulator/watch-counts" and m == "DELETE":
+                self.watch_counts.clear()
+                return json_response({"cleared": True})
             if path == "/_emulator/requests" and m == "GET":
+                statuses: dict[tuple[str, str, str, str], dict[str, int]] = {}
+                for (key, code), c in self.status_counts.items():
+                    statuses.setdefault(key, {})[str(code)] = c
                 rows = [
-                    {"verb": v, "group": g, "resource": r, "subresource": s, "count": c}
-                    for (v, g, r, s), c in sorted(self.request_counts.items())
+                    {"verb": k[0], "group": k[1], "resource": k[2], "subresource": k[3], "count": c}
+                    | {"statuses": statuses.get(k, {})}
+                    for k, c in sorted(self.request_counts.items())
                 ]
                 return json_response(rows)
             if path == "/_emulator/requests" and m == "DELETE":
                 self.request_counts.clear()
+                self.status_counts.clear()
                 return json_response({"cleared": True})
             if path == "/_emulator/crds" and m == "POST":
                 return json_response({"installed": self.load_crd_yaml(body.decode())})

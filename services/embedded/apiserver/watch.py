@@ -87,6 +87,8 @@ async def serve_watch(
             watcher.offer(ev)
     store.add_watcher(watcher)
     emu.open_watches.add(watcher)
+    counts = emu.watch_counts.setdefault(rt.plural, [0, 0, 0, 0])
+    counts[0] += 1
     if watcher.pending:
         watcher.wakeup.set()
 
@@ -140,8 +142,13 @@ async def serve_watch(
             lines: list[bytes] = []
             while watcher.pending and len(lines) < limit:
                 lines.append(_encode_event(watcher.pending.popleft(), wr, emu.api.store))
-            await resp.write(lines[0] if len(lines) == 1 else b"".join(lines))
+            chunk = lines[0] if len(lines) == 1 else b"".join(lines)
+            await resp.write(chunk)
             sent += len(lines)
+            counts = emu.watch_counts.setdefault(rt.plural, [0, 0, 0, 0])  # cleared: counted afresh
+            counts[1] += len(lines)
+            counts[2] += 1
+            counts[3] += len(chunk)
     except ConnectionResetError:
         return resp  # the client went away mid-write
     finally:
