@@ -234,13 +234,15 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     cpu_ratio = fig.growth({n: sum(r.cpu.values()) for n, r in results.items() if r.seconds is not None and r.cpu})
     whole = {n: sum(r.cpu_settled.values()) for n, r in results.items() if r.seconds is not None and r.cpu_settled}
     whole_ratio = fig.growth(whole)
+    marginal, bend = fig.marginal_ms(times), fig.marginal_growth(times)
     table = Table(
-        "Burst, embedded stack (N jobs queued at once → N runner pods Running; default worker settings)",
+        f"Burst, embedded stack (N jobs queued at once → N runner pods Running; {_settings()})",
         [
             "N",
             "seconds",
             "per runner (ms)",
             "growth vs 300",
+            "ms per extra runner since the previous N",
             "first Running / steady rate (10-90 %)",
             "CPU ms per runner (growth vs 300) on cores used",
             "CPU ms per runner until quiet (growth), quiet after",
@@ -253,7 +255,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     for n, r in results.items():
         goal = f"<= {GOAL_1000:g} s" if n == 1000 else ("<= 1.0 growth" if n > 300 else "")
         if r.seconds is None:
-            table.add(str(n), f"failed: {r.error}", "", "", "", "", "", "", "", "", goal)
+            table.add(str(n), f"failed: {r.error}", "", "", "", "", "", "", "", "", "", goal)
             continue
         g = f"{ratio[n]:.2f}" if n in ratio else ""
         rss = f"{r.rss.get('runner-set', 0):.0f} / {r.rss.get('runner', 0):.0f}" if r.rss else "?"
@@ -273,7 +275,12 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
             settled += ": " + " ".join(
                 f"{k} {v * 1000 / n:.2f}" for k, v in sorted(r.cpu_settled.items(), key=lambda kv: -kv[1]) if v >= 0.05
             )
-        table.add(str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, sh, per, settled, rss, cpu, reqs, goal)
+        extra = f"{marginal[n]:.1f}" if n in marginal else ""
+        if n == max(times) and bend is not None:
+            extra += f" ({bend:.2f}× the {GROWTH_LABEL} interval's)"
+        table.add(
+            str(n), f"{r.seconds:.1f}", f"{r.seconds / n * 1000:.0f}", g, extra, sh, per, settled, rss, cpu, reqs, goal
+        )
     table.add(
         "load (1/5/15 min) before → after",
         f"{'/'.join(f'{x:.1f}' for x in load_before)} → {'/'.join(f'{x:.1f}' for x in load_after)}"
@@ -287,10 +294,21 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
         "",
         "",
         "",
+        "",
     )
     print(_requests_table(results).render())
     print()
     return table
+
+
+GROWTH_LABEL = f"{fig.GROWTH_BASE:,}+"
+
+
+def _settings() -> str:
+    """The worker settings the stack runs with: the defaults, or the request-rate limit given in
+    the environment (the workers read RUNNERSCALE_KUBE_QPS / _BURST; 0 = no client-side limit)."""
+    given = [f"{k}={os.environ[k]}" for k in ("RUNNERSCALE_KUBE_QPS", "RUNNERSCALE_KUBE_BURST") if k in os.environ]
+    return ", ".join(given) if given else "default worker settings"
 
 
 def _per_runner(counts: dict[str, int], n: int) -> str:

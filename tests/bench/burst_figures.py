@@ -10,6 +10,7 @@ Running: a fixed latency counts 10× more per runner at 300 than at 3,000.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,30 @@ def growth(per_n: Mapping[int, float], base: int = GROWTH_BASE) -> dict[int, flo
         return {}
     per = per_n[base] / base
     return {n: (v / n) / per for n, v in per_n.items()}
+
+
+def marginal_ms(per_n: Mapping[int, float]) -> dict[int, float]:
+    """Milliseconds per extra runner from the next smaller N to each N: ``(t(N) - t(M)) / (N - M)``.
+
+    Linear growth is a flat marginal cost, whatever the burst's fixed parts. A fixed latency before
+    the first pod, or a client-side rate limiter's burst allowance (which lets a small burst go
+    faster than the limiter's steady rate, ``shared/kube`` QPS/Burst), shifts t(N) by a constant:
+    that moves the ratio to t(300)/300 (:func:`growth`) away from 1.0 but leaves this flat. A
+    quadratic term (the O(N²) growth issue 10 measured) makes it rise with N.
+    """
+    sizes = sorted(per_n)
+    return {n: (per_n[n] - per_n[m]) * 1000.0 / (n - m) for m, n in itertools.pairwise(sizes)}
+
+
+def marginal_growth(per_n: Mapping[int, float], base: int = GROWTH_BASE) -> float | None:
+    """The last interval's marginal cost over the first's (:func:`marginal_ms`), over the sizes from
+    ``base`` up: 1.0 is linear, above 1.0 superlinear; None with fewer than three such sizes or a
+    first interval that cost nothing."""
+    m = marginal_ms({n: v for n, v in per_n.items() if n >= base})
+    if len(m) < 2:
+        return None
+    first, last = m[min(m)], m[max(m)]
+    return last / first if first > 0 else None
 
 
 def cpu_ms_per_runner(cpu: Mapping[str, float], n: int) -> float:

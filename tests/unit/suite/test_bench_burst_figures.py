@@ -66,3 +66,27 @@ def test_quiet_stack() -> None:
     assert fig.is_quiet(before, {"apiserver": 10.2, "runner": 5.1}, 2.0, 0.2)
     with pytest.raises(ValueError):
         fig.is_quiet(before, before, 0.0, 0.2)
+
+
+def test_marginal_cost_is_flat_for_an_affine_burst_that_the_ratio_calls_superlinear() -> None:
+    # A client-side limiter: 400 requests at once, then 200/s, 2.5 requests per runner:
+    # t(N) = (2.5 N - 400) / 200. Linear in N, but a 300 burst mostly fits in the allowance.
+    times = {n: (2.5 * n - 400) / 200 for n in (300, 1000, 3000)}
+    assert fig.growth(times)[3000] > 2.0
+    assert fig.marginal_ms(times) == pytest.approx({1000: 12.5, 3000: 12.5})
+    assert fig.marginal_growth(times) == pytest.approx(1.0)
+
+
+def test_marginal_cost_rises_for_the_quadratic_burst_issue_10_measured() -> None:
+    times = {n: 0.065 * n + 4.5e-5 * n * n for n in (100, 300, 1000, 3000)}
+    m = fig.marginal_ms(times)
+    assert list(m) == [300, 1000, 3000]
+    assert m[300] < m[1000] < m[3000]
+    # From 300 up only: (0.065 + 4.5e-5 * 4000) / (0.065 + 4.5e-5 * 1300).
+    assert fig.marginal_growth(times) == pytest.approx(0.245 / 0.1235)
+
+
+def test_marginal_growth_needs_two_intervals_from_the_base() -> None:
+    assert fig.marginal_growth({100: 1.0, 300: 2.0, 1000: 9.0}) is None
+    assert fig.marginal_growth({300: 2.0, 1000: 2.0, 3000: 30.0}) is None
+    assert fig.marginal_ms({300: 2.0}) == {}
