@@ -12,8 +12,15 @@ load of its own; it is a watch now, but this process need not decode every runne
 workers' RSS is read at the end of each burst, and each component's CPU seconds during it (less
 disturbed by the shared machine's load than wall time).
 
-The growth ratio is t(N)/N relative to t(300)/300: 1.0 is linear growth; issue 10 measured
-t ≈ 0.065·N + 4.5e-5·N² s, a ratio of ~2.5 at 3,000. The machine's load average is printed with the
+Issue 10's goal: the burst time grows no worse than linearly from 300 to 3,000 (it measured
+t ≈ 0.065·N + 4.5e-5·N² s). Linear growth is a flat cost per extra runner: the milliseconds per
+runner added from one N to the next (``burst_figures.marginal_ms``), the last interval's against the
+one from 300 (≤ 1.0: no worse than linear; the issue's fit gives 1.98). Beside it, the ratio t(N)/N to
+t(300)/300, which is 1.0 only for a burst proportional to N: a fixed part moves it, and the workers'
+client-side request-rate limit is one (its burst allowance of 400 requests carries most of a 300
+burst, then the runner worker goes at its steady rate: t(N) ≈ 12.7 ms·N − 2.2 s, ratio ≈ 2.2 at
+3,000 with the same cost per extra runner). With ``RUNNERSCALE_KUBE_QPS=0`` in the environment
+(limit off, printed in the title) the stack's own work is measured. The machine's load average is printed with the
 results: the machine is shared. Beside it, the same ratio on the stack's CPU seconds per runner
 (what the processes spent, far less disturbed by the other sessions' load than wall time) and the
 burst's shape: the first pod Running (the fixed latency, which weighs 10× more per runner at 300
@@ -58,6 +65,7 @@ JOB_SECONDS = 3600.0  # jobs outlast the measurement: no runner finishes during 
 QUIET_CORES = 0.2  # the stack is quiet below this share of a core ...
 QUIET_SECONDS = 1.0  # ... over this long
 QUIET_WAIT = 30.0  # at most this long after the listener's session opened
+GROWTH_LABEL = f"{fig.GROWTH_BASE:,}+"  # the first interval of the linearity check: 300 → the next N
 
 
 class RunningPods:
@@ -253,7 +261,9 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
         ],
     )
     for n, r in results.items():
-        goal = f"<= {GOAL_1000:g} s" if n == 1000 else ("<= 1.0 growth" if n > 300 else "")
+        goal = f"<= {GOAL_1000:g} s" if n == 1000 else ""
+        if n == max(sizes) and n > fig.GROWTH_BASE:
+            goal += ("; " if goal else "") + f"ms per extra runner <= 1.0× the {GROWTH_LABEL} interval's"
         if r.seconds is None:
             table.add(str(n), f"failed: {r.error}", "", "", "", "", "", "", "", "", "", goal)
             continue
@@ -299,9 +309,6 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None) -> Table:
     print(_requests_table(results).render())
     print()
     return table
-
-
-GROWTH_LABEL = f"{fig.GROWTH_BASE:,}+"
 
 
 def _settings() -> str:
