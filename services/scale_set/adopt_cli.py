@@ -27,6 +27,7 @@ from shared.kube import (
     Forbidden,
     KubeClient,
 )
+from shared.kube.client import user_agent_for
 
 TIMEOUT = 30.0  # seconds for each request
 
@@ -64,7 +65,9 @@ def _mine(al: AutoscalingListener, ars: AutoscalingRunnerSet) -> bool:
 
 async def preview(args: argparse.Namespace) -> list[str]:
     """The dry run's lines: per ARS a header, then one line per change."""
-    async with await KubeClient.connect(args.kubeconfig, context=args.kube_context, request_timeout=TIMEOUT) as client:
+    async with await KubeClient.connect(
+        args.kubeconfig, context=args.kube_context, request_timeout=TIMEOUT, user_agent=user_agent_for("adopt")
+    ) as client:
         reader = ApiReader(client)
         namespaces: Sequence[str | None] = args.namespace or [None]
         sets_all = []

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 import os
+import platform
+import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -30,6 +32,7 @@ from kubernetes_asyncio.config import ConfigException
 from yarl import URL
 
 from shared.kube.errors import ConnectionFailed, KubeError, Timeout, translate_status
+from shared.kube.metrics import KubeClientMetrics
 from shared.log import get_logger
 
 log = get_logger(__name__)
@@ -49,6 +52,82 @@ Query = Sequence[tuple[str, str]]
 # The directory holding the pod's service-account token and CA when it is not the fixed
 # in-cluster path (set by node-sim for process pods).
 SERVICE_ACCOUNT_DIR_ENV = "RUNNERSCALE_SERVICEACCOUNT_DIR"
+
+
+#: Resources the request metrics name; any other is counted as ``other`` so the label set stays
+#: bounded whatever path a caller sends (README "Metrics").
+METRIC_RESOURCES = frozenset(
+    {
+        "autoscalinglisteners",
+        "autoscalingrunnersets",
+        "configmaps",
+        "customresourcedefinitions",
+        "ephemeralrunners",
+        "ephemeralrunnersets",
+        "events",
+        "leases",
+        "namespaces",
+        "nodes",
+        "pods",
+        "rolebindings",
+        "roles",
+        "secrets",
+        "serviceaccounts",
+    }
+)
+_VERB_BY_METHOD = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+
+
+def request_labels(method: str, path: str, query: Query = ()) -> tuple[str, str]:
+    """``(verb, resource)`` of a request as the API server names them, from a fixed set.
+
+    ``resource`` is the plural (``pods``), ``<plural>/status`` for the status subresource, ``other``
+    for anything else (a non-resource path, an unknown plural). ``verb`` is one of get, list,
+    watch, create, update, patch, delete, deletecollection (or the method for other methods).
+    """
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        rest = parts[2:]
+    elif parts[:1] == ["apis"]:
+        rest = parts[3:]
+    else:
+        rest = []
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    plural = rest[0] if rest else ""
+    named = len(rest) >= 2 or not rest  # a non-resource path (/version) is a get, as the server counts it
+    resource = plural if plural in METRIC_RESOURCES else "other"
+    if len(rest) >= 3 and rest[2] == "status" and resource != "other":
+        resource += "/status"
+    watching = any(k == "watch" and v in ("1", "true") for k, v in query)
+    if method == "GET":
+        verb = "get" if named else "watch" if watching else "list"
+    elif method == "DELETE":
+        verb = "delete" if named else "deletecollection"
+    else:
+        verb = _VERB_BY_METHOD.get(method, method.lower())
+    return verb, resource
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("runnerscale")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0.0.0"
+
+
+def user_agent_for(component: str = "") -> str:
+    """client-go's form, ``<program>/<version> (<os>/<arch>) <client>``: ``runnerscale-runner/0.1.0
+    (linux/amd64) kubernetes-asyncio/33.3.0``. The API server's audit log and the emulator's request
+    counts (``/_emulator/requests``) tell the processes apart by it."""
+    from kubernetes_asyncio import __version__ as client_version
+
+    program = f"runnerscale-{component}" if component else "runnerscale"
+    machine = platform.machine().lower()
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+    return f"{program}/{_package_version()} ({sys.platform}/{arch}) kubernetes-asyncio/{client_version}"
 
 
 class RequestRateLimit:
@@ -86,10 +165,12 @@ class RequestRateLimit:
         self.throttled += 1
         return -self._tokens / self.qps
 
-    async def wait(self) -> None:
+    async def wait(self) -> float:
+        """Wait for a token; return the seconds waited (0: went at once)."""
         delay = self.reserve()
         if delay > 0:
             await anyio.sleep(delay)
+        return delay
 
 
 def resolve_environment_once(api_client: Any) -> None:
@@ -127,15 +208,20 @@ class KubeClient:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         qps: float = DEFAULT_QPS,
         burst: int = DEFAULT_BURST,
+        user_agent: str | None = None,
+        metrics: KubeClientMetrics | None = None,
     ) -> None:
         if request_timeout <= 0:
             raise ValueError(f"request_timeout must be > 0, got {request_timeout}")
         if not math.isfinite(qps):
             raise ValueError(f"qps must be finite, got {qps}")
         resolve_environment_once(api_client)
+        # Set once on the ApiClient's default headers: every call_api sends it, no per-request cost.
+        api_client.user_agent = user_agent or user_agent_for()
         self._api = api_client
         self.request_timeout = float(request_timeout)
         self.rate_limit = RequestRateLimit(qps, burst)
+        self.metrics = metrics
         self._closed = False
         self._parent: KubeClient | None = None
 
@@ -150,6 +236,7 @@ class KubeClient:
         view._api = self._api
         view.request_timeout = self.request_timeout
         view.rate_limit = RequestRateLimit(0, 0)
+        view.metrics = self.metrics
         view._closed = False
         view._parent = self
         return view
@@ -169,6 +256,8 @@ class KubeClient:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         qps: float = DEFAULT_QPS,
         burst: int = DEFAULT_BURST,
+        user_agent: str | None = None,
+        metrics: KubeClientMetrics | None = None,
     ) -> KubeClient:
         """Connect with a kubeconfig file (``None``: ``$KUBECONFIG`` or ``~/.kube/config``)."""
         from kubernetes_asyncio import client, config
@@ -180,11 +269,24 @@ class KubeClient:
             )
         except (config.ConfigException, OSError, ValueError, TypeError) as exc:
             raise ConnectionFailed(f"load kubeconfig {path or '(default)'}", str(exc)) from None
-        return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout, qps=qps, burst=burst)
+        return cls(
+            client.ApiClient(configuration=cfg),
+            request_timeout=request_timeout,
+            qps=qps,
+            burst=burst,
+            user_agent=user_agent,
+            metrics=metrics,
+        )
 
     @classmethod
     def in_cluster(
-        cls, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, qps: float = DEFAULT_QPS, burst: int = DEFAULT_BURST
+        cls,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+        user_agent: str | None = None,
+        metrics: KubeClientMetrics | None = None,
     ) -> KubeClient:
         """Connect with the pod's service account (token re-read when it rotates).
 
@@ -201,7 +303,14 @@ class KubeClient:
             config.load_incluster_config(client_configuration=cfg, **files)  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError) as exc:
             raise ConnectionFailed("load in-cluster config", str(exc)) from None
-        return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout, qps=qps, burst=burst)
+        return cls(
+            client.ApiClient(configuration=cfg),
+            request_timeout=request_timeout,
+            qps=qps,
+            burst=burst,
+            user_agent=user_agent,
+            metrics=metrics,
+        )
 
     @classmethod
     def from_url(
@@ -211,13 +320,22 @@ class KubeClient:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         qps: float = DEFAULT_QPS,
         burst: int = DEFAULT_BURST,
+        user_agent: str | None = None,
+        metrics: KubeClientMetrics | None = None,
     ) -> KubeClient:
         """An unauthenticated client for a plain-HTTP server (the embedded emulator, test proxies)."""
         from kubernetes_asyncio import client
 
         cfg = client.Configuration()
         cfg.host = url.rstrip("/")
-        return cls(client.ApiClient(configuration=cfg), request_timeout=request_timeout, qps=qps, burst=burst)
+        return cls(
+            client.ApiClient(configuration=cfg),
+            request_timeout=request_timeout,
+            qps=qps,
+            burst=burst,
+            user_agent=user_agent,
+            metrics=metrics,
+        )
 
     @classmethod
     async def connect(
@@ -228,12 +346,22 @@ class KubeClient:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         qps: float = DEFAULT_QPS,
         burst: int = DEFAULT_BURST,
+        user_agent: str | None = None,
+        metrics: KubeClientMetrics | None = None,
     ) -> KubeClient:
         """A kubeconfig path if given; else in-cluster when running in a pod; else the default kubeconfig."""
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            return cls.in_cluster(request_timeout=request_timeout, qps=qps, burst=burst)
+            return cls.in_cluster(
+                request_timeout=request_timeout, qps=qps, burst=burst, user_agent=user_agent, metrics=metrics
+            )
         return await cls.from_kubeconfig(
-            kubeconfig, context=context, request_timeout=request_timeout, qps=qps, burst=burst
+            kubeconfig,
+            context=context,
+            request_timeout=request_timeout,
+            qps=qps,
+            burst=burst,
+            user_agent=user_agent,
+            metrics=metrics,
         )
 
     @property
@@ -259,7 +387,9 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         if self.closed:
             raise ConnectionFailed(what, "client is closed")
-        await self.rate_limit.wait()  # inside the caller's deadline, like client-go's limiter and its context
+        waited = await self.rate_limit.wait()  # inside the caller's deadline, like client-go's limiter and its context
+        if self.metrics is not None and self.rate_limit.enabled:
+            self.metrics.observe_wait(waited)
         try:
             response: aiohttp.ClientResponse = await self._api.call_api(
                 path,
@@ -291,6 +421,7 @@ class KubeClient:
         ``what`` names the request in errors (``PATCH pods ns/name``). ``body`` is a JSON tree.
         """
         deadline = timeout or self.request_timeout
+        status = 0  # no answer (timeout, connection failure, cancelled)
         try:
             with anyio.fail_after(deadline):
                 resp = await self._send(what, method, path, query, body, content_type, deadline)
@@ -303,6 +434,9 @@ class KubeClient:
             raise Timeout(what, f"no response within {deadline:g}s") from None
         except aiohttp.ClientError as exc:
             raise ConnectionFailed(what, f"{type(exc).__name__}: {exc}") from None
+        finally:
+            if self.metrics is not None:
+                self.metrics.count(*request_labels(method, path, query), status)
         if not 200 <= status < 300:
             raise translate_status(what, status, data, headers)
         return data
@@ -320,9 +454,11 @@ class KubeClient:
         client_timeout = aiohttp.ClientTimeout(
             total=None, connect=self.request_timeout, sock_connect=self.request_timeout, sock_read=read_timeout
         )
+        status = 0
         try:
             with anyio.fail_after(self.request_timeout):
                 resp = await self._send(what, "GET", path, query, None, JSON, client_timeout)
+                status = resp.status
                 if resp.status != 200:
                     try:
                         data = await resp.read()
@@ -333,6 +469,9 @@ class KubeClient:
             raise Timeout(what, f"no response headers within {self.request_timeout:g}s") from None
         except aiohttp.ClientError as exc:
             raise ConnectionFailed(what, f"{type(exc).__name__}: {exc}") from None
+        finally:
+            if self.metrics is not None:  # counted when opened, like the API server counts a watch
+                self.metrics.count(*request_labels("GET", path, query), status)
         try:
             yield _lines(resp, what, read_timeout)
         finally:
@@ -364,4 +503,6 @@ __all__ = [
     "KubeClient",
     "KubeError",
     "RequestRateLimit",
+    "request_labels",
+    "user_agent_for",
 ]

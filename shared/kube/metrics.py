@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
@@ -107,4 +108,59 @@ def controller_metrics(registry: CollectorRegistry | None = None) -> ControllerM
             ),
         )
         _by_registry[id(registry)] = (registry, metrics)
+        return metrics
+
+
+#: Client-side rate-limit waits: 0 (most requests) up to the seconds a burst of thousands queues.
+RATE_LIMITER_BUCKETS = (0.0, 0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class KubeClientMetrics:
+    """Requests one process's ``KubeClient`` sent and how long its rate limit held them (like
+    client-go's ``rest_client_requests_total`` and ``rest_client_rate_limiter_duration_seconds``).
+
+    Every paced request observes its wait, 0 included, so the histogram's count is the requests
+    the limit paced and its ``le="0.0"`` bucket the ones that went at once: the share held by the
+    limit is read from one metric. The unthrottled view (liveness) is counted, not observed.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests_total = Counter(
+            "runnerscale_kube_requests_total",
+            "Requests sent to the API server, by verb, resource and HTTP status (0: no answer)",
+            ["verb", "resource", "code"],
+            registry=registry,
+        )
+        self.rate_limiter_wait_seconds = Histogram(
+            "runnerscale_kube_rate_limiter_wait_seconds",
+            "Seconds each request waited for the client-side request-rate limit (0: went at once)",
+            buckets=RATE_LIMITER_BUCKETS,
+            registry=registry,
+        )
+        # labels() per request costs a lock and a tuple; the label set is bounded (fixed verbs and
+        # resources, HTTP statuses), so the children are kept.
+        self._children: dict[tuple[str, str, int], Any] = {}
+
+    def count(self, verb: str, resource: str, code: int) -> None:
+        key = (verb, resource, code)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.requests_total.labels(verb, resource, str(code))
+        child.inc()
+
+    def observe_wait(self, seconds: float) -> None:
+        self.rate_limiter_wait_seconds.observe(seconds)
+
+
+_client_by_registry: dict[int, tuple[CollectorRegistry, KubeClientMetrics]] = {}
+
+
+def kube_client_metrics(registry: CollectorRegistry) -> KubeClientMetrics:
+    """The one set per registry (a process's clients share it; a registry refuses a second)."""
+    with _lock:
+        found = _client_by_registry.get(id(registry))
+        if found is not None and found[0] is registry:
+            return found[1]
+        metrics = KubeClientMetrics(registry)
+        _client_by_registry[id(registry)] = (registry, metrics)
         return metrics

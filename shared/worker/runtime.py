@@ -50,7 +50,9 @@ from shared.kube import (
     Resource,
     Source,
 )
+from shared.kube.client import user_agent_for
 from shared.kube.leases import KubeShardOwnership, LeaseTiming
+from shared.kube.metrics import kube_client_metrics
 from shared.log import configure_logging, get_logger
 from shared.shards import ShardChange, resource_key
 from shared.worker.actions_pool import ActionsClientPool
@@ -68,17 +70,28 @@ ShardCallback = Callable[[ShardChange], Awaitable[None] | None]
 Task = Callable[..., Coroutine[Any, Any, None]]
 
 
-async def connect_kube(settings: WorkerSettings) -> KubeClient:
-    """The Kubernetes client the settings name (emulator URL, kubeconfig, or in-cluster)."""
+async def connect_kube(
+    settings: WorkerSettings, name: str = "", *, registry: CollectorRegistry | None = None
+) -> KubeClient:
+    """The Kubernetes client the settings name (emulator URL, kubeconfig, or in-cluster).
+
+    ``name`` (the worker kind) goes into the User-Agent (``runnerscale-runner/…``); ``registry``
+    gets the client's request and rate-limit metrics (README "Metrics")."""
     timeout, qps, burst = settings.kube_request_timeout, settings.kube_qps, settings.kube_burst
+    agent = user_agent_for(name)
+    metrics = kube_client_metrics(registry) if registry is not None else None
     if settings.kube_url:
-        return KubeClient.from_url(settings.kube_url, request_timeout=timeout, qps=qps, burst=burst)
+        return KubeClient.from_url(
+            settings.kube_url, request_timeout=timeout, qps=qps, burst=burst, user_agent=agent, metrics=metrics
+        )
     return await KubeClient.connect(
         settings.kubeconfig or None,
         context=settings.kube_context or None,
         request_timeout=timeout,
         qps=qps,
         burst=burst,
+        user_agent=agent,
+        metrics=metrics,
     )
 
 
@@ -365,7 +378,8 @@ async def _serve(handle: WorkerHandle, setup: Setup, registry: CollectorRegistry
     servers = HttpServers()
     handle.ports = servers.ports
     pool: ActionsClientPool | None = None
-    kube = await connect_kube(settings)
+    registry = registry or CollectorRegistry()
+    kube = await connect_kube(settings, name, registry=registry)
     try:
         async with (
             Bus.connect(settings.bus, name=f"runnerscale-{name}-{settings.replica_id}") as bus,
@@ -383,7 +397,7 @@ async def _serve(handle: WorkerHandle, setup: Setup, registry: CollectorRegistry
                 shards=shards,
                 events=EventRecorder(writer, f"runnerscale-{name}", host=settings.replica_id),
                 actions=pool,
-                registry=registry or CollectorRegistry(),
+                registry=registry,
             )
             handle.ctx = ctx
             controllers = await _call_setup(setup, ctx)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp.http
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
@@ -125,6 +126,10 @@ async def test_request_counter_and_metrics(http: Http, namespace: str, control: 
     statuses = {(r["verb"], r["resource"], r["subresource"]): r["statuses"] for r in control.request_counts()}
     assert statuses[("create", "widgets", "")] == {"201": 1}
     assert statuses[("get", "widgets", "")] == {"404": 1}  # the burst bench counts conflicts this way
+    # ... and by User-Agent (the benches split requests per process this way); the fields above stay.
+    agents = {(r["verb"], r["resource"], r["subresource"]): r["agents"] for r in control.request_counts()}
+    assert agents[("create", "widgets", "")] == {aiohttp.http.SERVER_SOFTWARE: 1}  # aiohttp's default agent
+    assert agents[("get", "widgets", "")] == {aiohttp.http.SERVER_SOFTWARE: 1}
     status, text = await http.get("/metrics")
     assert status == 200
     assert (

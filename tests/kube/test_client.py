@@ -4,13 +4,17 @@ client-side request-rate limit (README "Kubernetes access layer", "Client")."""
 from __future__ import annotations
 
 import base64
+import json
+import re
 
 import aiohttp.client
 import anyio
 import pytest
+from prometheus_client import REGISTRY, CollectorRegistry
 
-from shared.kube import KubeClient
-from shared.kube.client import RequestRateLimit
+from shared.kube import KubeClient, NotFound
+from shared.kube.client import RequestRateLimit, request_labels, user_agent_for
+from shared.kube.metrics import kube_client_metrics
 from tests.fixtures.apiserver import KubeApi
 
 pytestmark = pytest.mark.anyio
@@ -80,3 +84,85 @@ async def test_the_unthrottled_view_is_not_paced_and_shares_the_connection(kube_
         await view.close()  # a view does not close the shared connection
         await client.request("GET", "/api/v1/namespaces/default", what="GET namespace default", timeout=5)
     assert view.closed
+
+
+# --- User-Agent and request metrics (issue 10: requests per process, measured) ------------------
+
+AGENT = user_agent_for("test")
+
+
+def test_the_user_agent_names_program_version_platform_and_client() -> None:
+    assert re.fullmatch(r"runnerscale-test/\d+\.\d+\.\d+\S* \([a-z0-9]+/[a-z0-9_]+\) kubernetes-asyncio/\S+", AGENT)
+    assert user_agent_for().startswith("runnerscale/")
+
+
+async def test_every_request_carries_the_user_agent(kube_api: KubeApi, namespace: str) -> None:
+    """On the emulator: its request counts by agent (what the benches read)."""
+    control = kube_api.require_emulator("the request counts by User-Agent")
+    control.reset_request_counts()
+    async with await KubeClient.from_kubeconfig(kube_api.kubeconfig, request_timeout=10, user_agent=AGENT) as client:
+        await client.request("GET", f"/api/v1/namespaces/{namespace}/configmaps", what="list configmaps")
+        await client.request("GET", f"/api/v1/namespaces/{namespace}/configmaps", what="list configmaps")
+    rows = [r for r in control.request_counts() if (r["verb"], r["resource"]) == ("list", "configmaps")]
+    assert rows[0]["agents"] == {AGENT: 2}
+
+
+async def test_the_real_server_sees_the_user_agent(kube_api: KubeApi, namespace: str) -> None:
+    """On a real server: a write without ``fieldManager`` is recorded in managedFields under the
+    User-Agent's program (kube-apiserver's default manager; the emulator tracks no managedFields)."""
+    if kube_api.server != "real":
+        pytest.skip("managedFields are tracked by a real API server only")
+    async with await KubeClient.from_kubeconfig(kube_api.kubeconfig, request_timeout=10, user_agent=AGENT) as client:
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "agent"}}
+        created = json.loads(
+            await client.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", what="create", body=body)
+        )
+    assert [m["manager"] for m in created["metadata"]["managedFields"]] == ["runnerscale-test"]
+
+
+def test_request_labels_come_from_a_fixed_set() -> None:
+    ns = "/api/v1/namespaces/n"
+    ers = "/apis/actions.github.com/v1alpha1/namespaces/n/ephemeralrunners"
+    assert request_labels("GET", f"{ns}/pods/p") == ("get", "pods")
+    assert request_labels("GET", f"{ns}/pods") == ("list", "pods")
+    assert request_labels("GET", "/api/v1/pods", [("watch", "true")]) == ("watch", "pods")
+    assert request_labels("POST", f"{ns}/secrets") == ("create", "secrets")
+    assert request_labels("PATCH", f"{ers}/r/status") == ("patch", "ephemeralrunners/status")
+    assert request_labels("PUT", "/apis/coordination.k8s.io/v1/namespaces/n/leases/l") == ("update", "leases")
+    assert request_labels("DELETE", f"{ers}/r") == ("delete", "ephemeralrunners")
+    assert request_labels("DELETE", f"{ns}/pods") == ("deletecollection", "pods")
+    assert request_labels("GET", "/api/v1/namespaces/n") == ("get", "namespaces")
+    assert request_labels("GET", f"{ns}/widgets-{12345}") == ("list", "other")  # unknown plurals: one label
+    assert request_labels("GET", "/version") == ("get", "other")
+
+
+def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_requests_and_rate_limit_waits_are_counted_in_the_given_registry(
+    kube_api: KubeApi, namespace: str
+) -> None:
+    registry = CollectorRegistry()
+    metrics = kube_client_metrics(registry)
+    assert kube_client_metrics(registry) is metrics  # one set per registry (a process's clients share it)
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    async with await KubeClient.from_kubeconfig(
+        kube_api.kubeconfig, request_timeout=10, qps=20, burst=2, metrics=metrics
+    ) as client:
+        for _ in range(4):  # 2 from the burst, 2 wait for a token
+            await client.request("GET", pods, what="list pods")
+        with pytest.raises(NotFound):
+            await client.request("GET", f"{pods}/absent", what="get pod")
+        await client.unthrottled().request("GET", pods, what="list pods")  # counted, not paced
+        async with client.stream(pods, what="watch pods", query=[("watch", "true")], read_timeout=5):
+            pass
+    total = "runnerscale_kube_requests_total"
+    assert _sample(registry, total, verb="list", resource="pods", code="200") == 5
+    assert _sample(registry, total, verb="get", resource="pods", code="404") == 1
+    assert _sample(registry, total, verb="watch", resource="pods", code="200") == 1
+    wait = "runnerscale_kube_rate_limiter_wait_seconds"
+    assert _sample(registry, f"{wait}_count") == 6  # every paced request, 0-second waits included
+    assert _sample(registry, f"{wait}_bucket", le="0.0") <= 4  # at least the 2 past the burst waited
+    assert _sample(registry, f"{wait}_sum") > 0
+    assert _sample(REGISTRY, total, verb="list", resource="pods", code="200") == 0  # no global pollution

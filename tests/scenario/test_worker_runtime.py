@@ -48,6 +48,11 @@ async def test_worker_runs_controllers_serves_http_and_routes_bus(
             async with http.get(f"http://127.0.0.1:{w.ports['metrics']}/metrics") as r:
                 text = await r.text()
                 assert "controller_runtime_reconcile_total" in text
+                # The worker's client counts its requests in the worker's registry (README "Metrics").
+                assert 'runnerscale_kube_requests_total{code="200",resource="secrets",verb="list"}' in text
+                assert "runnerscale_kube_rate_limiter_wait_seconds_count" in text
+        assert w.ctx is not None
+        assert w.ctx.kube._api.user_agent.startswith("runnerscale-runtime-test/")  # the worker's name
         await kube.writer.create(SECRETS, {"metadata": {"name": "s1", "namespace": namespace}, "data": {}})
         await wait_for(lambda: ObjectKey(namespace, "s1") in seen, what="informer-driven reconcile")
         await bus.publish(

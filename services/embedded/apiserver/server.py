@@ -102,6 +102,9 @@ class Emulator:
         self.request_counts: Counter[tuple[str, str, str, str]] = Counter()
         # The same requests by answer status: conflicts (409) and not-founds per request kind.
         self.status_counts: Counter[tuple[tuple[str, str, str, str], int]] = Counter()
+        # The same requests by User-Agent (issue 10: which process sends how many, runnerscale's
+        # clients name their component there as client-go's do).
+        self.agent_counts: Counter[tuple[tuple[str, str, str, str], str]] = Counter()
         # What the watch streams sent, by resource: [watches opened, events, writes, bytes] (issue 10:
         # the bench counts watch traffic per runner, to see what grows with the burst's size).
         self.watch_counts: dict[str, list[int]] = {}
@@ -307,6 +310,7 @@ class Emulator:
                 key = (info.verb, info.group, info.plural, info.subresource)
                 self.request_counts[key] += 1
                 self.status_counts[key, status] += 1
+                self.agent_counts[key, request.headers.get("User-Agent", "")] += 1
                 child = self._request_children.get((key, status))
                 if child is None:  # labels() per request costs a lock and a tuple of strings
                     child = self._request_children[(key, status)] = self._requests.labels(*key, str(status))
@@ -383,15 +387,19 @@ class Emulator:
                 statuses: dict[tuple[str, str, str, str], dict[str, int]] = {}
                 for (key, code), c in self.status_counts.items():
                     statuses.setdefault(key, {})[str(code)] = c
+                agents: dict[tuple[str, str, str, str], dict[str, int]] = {}
+                for (key, agent), c in self.agent_counts.items():
+                    agents.setdefault(key, {})[agent] = c
                 rows = [
                     {"verb": k[0], "group": k[1], "resource": k[2], "subresource": k[3], "count": c}
-                    | {"statuses": statuses.get(k, {})}
+                    | {"statuses": statuses.get(k, {}), "agents": agents.get(k, {})}
                     for k, c in sorted(self.request_counts.items())
                 ]
                 return json_response(rows)
             if path == "/_emulator/requests" and m == "DELETE":
                 self.request_counts.clear()
                 self.status_counts.clear()
+                self.agent_counts.clear()
                 return json_response({"cleared": True})
             if path == "/_emulator/crds" and m == "POST":
                 return json_response({"installed": self.load_crd_yaml(body.decode())})

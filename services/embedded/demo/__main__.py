@@ -38,6 +38,7 @@ from shared.bus import messages as bus_messages
 from shared.bus import permissions as bus_permissions
 from shared.bus import subjects
 from shared.kube import EPHEMERAL_RUNNERS, Change, ChangeType, Informer, KubeClient
+from shared.kube.client import user_agent_for
 
 DEMO_NAMESPACE = "arc-runners"
 CONTROLLER_NAMESPACE = "arc-systems"
@@ -247,7 +248,7 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
             await sup.start(ChildSpec("apiserver", kube_args, ready_port=kube_port, env=env))
             # The emulator listens first, then writes its kubeconfig (whole, by rename).
             await _wait_for_file(anyio.Path(kubeconfig))
-        client = await KubeClient.from_kubeconfig(kubeconfig, request_timeout=15)
+        client = await KubeClient.from_kubeconfig(kubeconfig, request_timeout=15, user_agent=user_agent_for("demo"))
         async with client:
             kube = DemoKube(client)
             if external:
@@ -393,7 +394,9 @@ async def run_demo(opts: DemoOptions, workdir: Path, log: TextIO, out: TextIO, w
                     with anyio.CancelScope(shield=True):
                         await _delete_scale_set(kube, opts, say)
     if external:
-        async with await KubeClient.from_kubeconfig(kubeconfig, request_timeout=15) as client:
+        async with await KubeClient.from_kubeconfig(
+            kubeconfig, request_timeout=15, user_agent=user_agent_for("demo")
+        ) as client:
             if not await _remove_created(DemoKube(client), created, say):
                 return 1
     return result

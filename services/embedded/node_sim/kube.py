@@ -16,7 +16,7 @@ import aiohttp
 import anyio
 import msgspec
 
-from shared.kube.client import resolve_environment_once
+from shared.kube.client import resolve_environment_once, user_agent_for
 from shared.log import get_logger
 
 log = get_logger(__name__)
@@ -60,6 +60,7 @@ class KubeRest:
         # proxy environment in a thread on every request (issue 10). Resolve them once, as the
         # workers' client does.
         resolve_environment_once(api)
+        api.user_agent = user_agent_for("node-sim")  # the emulator and audit logs tell it apart by this
         return cls(api, timeout)
 
     @property
