@@ -55,8 +55,10 @@ from services.embedded.demo import __main__ as demo
 from services.embedded.demo.__main__ import DemoOptions, run_demo
 from services.embedded.demo.cluster import DemoKube
 from shared.kube import PODS, Change, ChangeType, Informer
+from shared.kube.client import DEFAULT_QPS
 from shared.kube.objects import Pod
 from tests.bench import burst_figures as fig
+from tests.bench.agents import by_component, split
 from tests.bench.bench_e2e import _sim
 from tests.bench.table import Table
 
@@ -147,6 +149,8 @@ class Outcome:
         self.statuses: dict[str, int] = {}  # the same by answer, "verb resource[/sub] status" (not 2xx only)
         self.watches: dict[str, tuple[int, int, int, int]] = {}  # resource → watches opened, events, writes, bytes
         self.actions: dict[str, int] = {}  # Actions simulator requests during the burst, "METHOD endpoint status"
+        self.components: dict[str, int] = {}  # API server requests by component (User-Agent), until quiet
+        self.components_burst: dict[str, int] = {}  # the same from the jobs' arrival to the last pod Running
         self.shape: fig.Shape | None = None
         self.settled = 0.0  # seconds waited for a quiet stack (negative: it never was)
         self.cpu_settled: dict[str, float] = {}  # CPU seconds per component until quiet again after the burst
@@ -182,6 +186,8 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
             with anyio.move_on_after(timeout):
                 await running.reached.wait()
                 out.seconds = time.monotonic() - started
+            if emulator:  # what each process sent during the burst itself: its rate beside its limit
+                out.components_burst = dict(by_component(await _sim(http, "GET", emulator)))
             tg.cancel_scope.cancel()
         out.reached = len(running.names)
         if running.running_at:
@@ -195,6 +201,7 @@ def _workload(n: int, out: Outcome, timeout: float) -> Any:
         out.cpu_settled = {k: v[0] - before.get(k, (0.0, 0.0))[0] for k, v in _stack(Path(opts.workdir)).items()}
         if emulator:
             rows = await _sim(http, "GET", emulator)
+            out.components = dict(by_component(rows))
             for row in rows:
                 what = f"{row['verb']} {row['resource']}" + (f"/{row['subresource']}" if row["subresource"] else "")
                 out.requests[what] = out.requests.get(what, 0) + int(row["count"])
@@ -334,6 +341,8 @@ def _requests_table(results: dict[int, Outcome]) -> Table:
             "API server not 2xx (verb resource status)",
             "watch streams: resource watches opened, events / writes / kB per runner",
             "API server",
+            "API server by component (User-Agent)",
+            "req/s per component during the burst / its client-side limit",
         ],
     )
     for n, r in results.items():
@@ -341,8 +350,28 @@ def _requests_table(results: dict[int, Outcome]) -> Table:
             f"{k} {w} {e / n:.2f} / {c / n:.2f} / {b / n / 1000:.1f}"
             for k, (w, e, c, b) in sorted(r.watches.items(), key=lambda kv: -kv[1][3])
         )
-        table.add(str(n), _per_runner(r.actions, n), _per_runner(r.statuses, n), watches, _per_runner(r.requests, n))
+        table.add(
+            str(n),
+            _per_runner(r.actions, n),
+            _per_runner(r.statuses, n),
+            watches,
+            _per_runner(r.requests, n),
+            split(r.components, 1 / n, 2),
+            _rates(r.components_burst, r.seconds),
+        )
     return table
+
+
+def _rates(counts: dict[str, int], seconds: float | None) -> str:
+    """``runner 79/200``: requests per second of each process from the jobs' arrival to the last pod
+    Running, beside the client-side limit it runs with (node-sim's client has none)."""
+    if not seconds:
+        return ""
+    qps = os.environ.get("RUNNERSCALE_KUBE_QPS", f"{DEFAULT_QPS:g}")
+    limit = {"node-sim": "-"}
+    return ", ".join(
+        f"{k} {c / seconds:.0f}/{limit.get(k, qps)}" for k, c in sorted(counts.items(), key=lambda kv: -kv[1])
+    )
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from services.embedded.demo.__main__ import SCALE_SET, DemoOptions, Workload, ru
 from services.embedded.demo.cluster import DemoKube
 from shared.kube import KubeError
 from tests.bench import e2e_figures as fig
+from tests.bench.agents import by_component, split
 from tests.bench.table import Table
 
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
@@ -87,6 +88,10 @@ class Results:
     def __init__(self) -> None:
         self.at_rest: Counter[tuple[str, str, str]] = Counter()
         self.per_life: Counter[tuple[str, str, str]] = Counter()
+        # The same windows by component (User-Agent): writes at rest, writes and requests per life.
+        self.at_rest_by: Counter[str] = Counter()
+        self.writes_by: Counter[str] = Counter()
+        self.requests_by: Counter[str] = Counter()
         self.window = 0.0
         self.jobs = 0
         self.runners = 0
@@ -300,7 +305,8 @@ def _workload(res: Results, window: float, jobs: int, timeout: float, phases: Ph
         await anyio.to_thread.run_sync(ctl.reset_request_counts)
         started = time.monotonic()
         await anyio.sleep(window)  # the measurement window itself
-        res.at_rest = _writes(await anyio.to_thread.run_sync(ctl.request_counts))
+        rows = await anyio.to_thread.run_sync(ctl.request_counts)
+        res.at_rest, res.at_rest_by = _writes(rows), by_component(rows, WRITE_VERBS)
         res.window = time.monotonic() - started
         res.rss[opts.min_runners] = rss_of(worker_pids(opts.workdir))
         say(f"at rest: {sum(res.at_rest.values())} writes in {res.window:.0f}s")
@@ -311,7 +317,12 @@ def _workload(res: Results, window: float, jobs: int, timeout: float, phases: Ph
             return 1
         if not await until("used runners replaced", settled):
             return 1
-        res.per_life = _writes(await anyio.to_thread.run_sync(ctl.request_counts))
+        rows = await anyio.to_thread.run_sync(ctl.request_counts)
+        res.per_life, res.writes_by, res.requests_by = (
+            _writes(rows),
+            by_component(rows, WRITE_VERBS),
+            by_component(rows),
+        )
         res.jobs = jobs
         return 0
 
@@ -542,6 +553,7 @@ def _writes_rows(table: Table, res: Results) -> None:
     )
     table.add("  node-sim's kubelet heartbeat, per minute", f"{kubelet * per_min:.0f}", "(not runnerscale)")
     table.add("  anything else, per minute", f"{(rest_total - liveness - kubelet) * per_min:.0f}", "0")
+    table.add("  by component (User-Agent), per minute", split(res.at_rest_by, per_min, 0), "")
     _breakdown(table, res.at_rest, per_min, "/min")
     controller = Counter({k: n for k, n in res.per_life.items() if (k[1], k[2]) not in NOT_CONTROLLER})
     table.add(
@@ -550,6 +562,9 @@ def _writes_rows(table: Table, res: Results) -> None:
         GOAL_PER_RUNNER,
     )
     _breakdown(table, controller, 1.0 / res.jobs, "")
+    life = 1.0 / res.jobs
+    table.add("  all API writes per runner life by component (User-Agent)", split(res.writes_by, life), "")
+    table.add("  all API requests per runner life by component (User-Agent)", split(res.requests_by, life), "")
 
 
 def _latency_rows(table: Table, res: Results, ph: Phases) -> None:
