@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import aiohttp
 import anyio
@@ -198,6 +198,16 @@ def resolve_environment_once(api_client: Any) -> None:
     session._trust_env = False  # aiohttp has no public setter; read per request in ClientSession._request
 
 
+class ClientOptions(TypedDict, total=False):
+    """What every constructor passes on to :class:`KubeClient` (its defaults apply when left out)."""
+
+    request_timeout: float
+    qps: float
+    burst: int
+    user_agent: str | None  # None: ``user_agent_for()``
+    metrics: KubeClientMetrics | None  # None: not counted
+
+
 class KubeClient:
     """An authenticated connection to one API server. Use ``async with`` or call :meth:`close`."""
 
@@ -253,11 +263,7 @@ class KubeClient:
         path: str | Path | None = None,
         *,
         context: str | None = None,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        qps: float = DEFAULT_QPS,
-        burst: int = DEFAULT_BURST,
-        user_agent: str | None = None,
-        metrics: KubeClientMetrics | None = None,
+        **options: Unpack[ClientOptions],
     ) -> KubeClient:
         """Connect with a kubeconfig file (``None``: ``$KUBECONFIG`` or ``~/.kube/config``)."""
         from kubernetes_asyncio import client, config
@@ -269,24 +275,12 @@ class KubeClient:
             )
         except (config.ConfigException, OSError, ValueError, TypeError) as exc:
             raise ConnectionFailed(f"load kubeconfig {path or '(default)'}", str(exc)) from None
-        return cls(
-            client.ApiClient(configuration=cfg),
-            request_timeout=request_timeout,
-            qps=qps,
-            burst=burst,
-            user_agent=user_agent,
-            metrics=metrics,
-        )
+        return cls(client.ApiClient(configuration=cfg), **options)
 
     @classmethod
     def in_cluster(
         cls,
-        *,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        qps: float = DEFAULT_QPS,
-        burst: int = DEFAULT_BURST,
-        user_agent: str | None = None,
-        metrics: KubeClientMetrics | None = None,
+        **options: Unpack[ClientOptions],
     ) -> KubeClient:
         """Connect with the pod's service account (token re-read when it rotates).
 
@@ -303,39 +297,20 @@ class KubeClient:
             config.load_incluster_config(client_configuration=cfg, **files)  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError) as exc:
             raise ConnectionFailed("load in-cluster config", str(exc)) from None
-        return cls(
-            client.ApiClient(configuration=cfg),
-            request_timeout=request_timeout,
-            qps=qps,
-            burst=burst,
-            user_agent=user_agent,
-            metrics=metrics,
-        )
+        return cls(client.ApiClient(configuration=cfg), **options)
 
     @classmethod
     def from_url(
         cls,
         url: str,
-        *,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        qps: float = DEFAULT_QPS,
-        burst: int = DEFAULT_BURST,
-        user_agent: str | None = None,
-        metrics: KubeClientMetrics | None = None,
+        **options: Unpack[ClientOptions],
     ) -> KubeClient:
         """An unauthenticated client for a plain-HTTP server (the embedded emulator, test proxies)."""
         from kubernetes_asyncio import client
 
         cfg = client.Configuration()
         cfg.host = url.rstrip("/")
-        return cls(
-            client.ApiClient(configuration=cfg),
-            request_timeout=request_timeout,
-            qps=qps,
-            burst=burst,
-            user_agent=user_agent,
-            metrics=metrics,
-        )
+        return cls(client.ApiClient(configuration=cfg), **options)
 
     @classmethod
     async def connect(
@@ -343,26 +318,12 @@ class KubeClient:
         kubeconfig: str | Path | None = None,
         *,
         context: str | None = None,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        qps: float = DEFAULT_QPS,
-        burst: int = DEFAULT_BURST,
-        user_agent: str | None = None,
-        metrics: KubeClientMetrics | None = None,
+        **options: Unpack[ClientOptions],
     ) -> KubeClient:
         """A kubeconfig path if given; else in-cluster when running in a pod; else the default kubeconfig."""
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            return cls.in_cluster(
-                request_timeout=request_timeout, qps=qps, burst=burst, user_agent=user_agent, metrics=metrics
-            )
-        return await cls.from_kubeconfig(
-            kubeconfig,
-            context=context,
-            request_timeout=request_timeout,
-            qps=qps,
-            burst=burst,
-            user_agent=user_agent,
-            metrics=metrics,
-        )
+            return cls.in_cluster(**options)
+        return await cls.from_kubeconfig(kubeconfig, context=context, **options)
 
     @property
     def host(self) -> str:
@@ -500,6 +461,7 @@ __all__ = [
     "JSON_PATCH",
     "MERGE_PATCH",
     "STRATEGIC_MERGE_PATCH",
+    "ClientOptions",
     "KubeClient",
     "KubeError",
     "RequestRateLimit",

@@ -50,7 +50,7 @@ from shared.kube import (
     Resource,
     Source,
 )
-from shared.kube.client import user_agent_for
+from shared.kube.client import ClientOptions, user_agent_for
 from shared.kube.leases import KubeShardOwnership, LeaseTiming
 from shared.kube.metrics import kube_client_metrics
 from shared.log import configure_logging, get_logger
@@ -77,22 +77,16 @@ async def connect_kube(
 
     ``name`` (the worker kind) goes into the User-Agent (``runnerscale-runner/…``); ``registry``
     gets the client's request and rate-limit metrics (README "Metrics")."""
-    timeout, qps, burst = settings.kube_request_timeout, settings.kube_qps, settings.kube_burst
-    agent = user_agent_for(name)
-    metrics = kube_client_metrics(registry) if registry is not None else None
+    options: ClientOptions = {
+        "request_timeout": settings.kube_request_timeout,
+        "qps": settings.kube_qps,
+        "burst": settings.kube_burst,
+        "user_agent": user_agent_for(name),
+        "metrics": kube_client_metrics(registry) if registry is not None else None,
+    }
     if settings.kube_url:
-        return KubeClient.from_url(
-            settings.kube_url, request_timeout=timeout, qps=qps, burst=burst, user_agent=agent, metrics=metrics
-        )
-    return await KubeClient.connect(
-        settings.kubeconfig or None,
-        context=settings.kube_context or None,
-        request_timeout=timeout,
-        qps=qps,
-        burst=burst,
-        user_agent=agent,
-        metrics=metrics,
-    )
+        return KubeClient.from_url(settings.kube_url, **options)
+    return await KubeClient.connect(settings.kubeconfig or None, context=settings.kube_context or None, **options)
 
 
 def shard_group(name: str, settings: WorkerSettings) -> str:
