@@ -109,11 +109,12 @@ async def test_every_request_carries_the_user_agent(kube_api: KubeApi, namespace
 
 async def test_the_real_server_sees_the_user_agent(kube_api: KubeApi, namespace: str) -> None:
     """On a real server: a write without ``fieldManager`` is recorded in managedFields under the
-    User-Agent's program (kube-apiserver's default manager; the emulator tracks no managedFields)."""
+    User-Agent's program (kube-apiserver's default manager; the emulator tracks no managedFields).
+    The object has data: a write that sets no field leaves no managedFields entry."""
     if kube_api.server != "real":
         pytest.skip("managedFields are tracked by a real API server only")
     async with await KubeClient.from_kubeconfig(kube_api.kubeconfig, request_timeout=10, user_agent=AGENT) as client:
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "agent"}}
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "agent"}, "data": {"k": "v"}}
         created = json.loads(
             await client.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", what="create", body=body)
         )
