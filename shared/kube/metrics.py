@@ -7,8 +7,9 @@ because a registry refuses a second collector of the same name.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
@@ -34,81 +35,93 @@ _lock = threading.Lock()
 _by_registry: dict[int, tuple[CollectorRegistry, ControllerMetrics]] = {}
 
 
-def controller_metrics(registry: CollectorRegistry | None = None) -> ControllerMetrics:
-    registry = registry or REGISTRY
+M = TypeVar("M")
+
+
+def _one_per_registry(
+    table: dict[int, tuple[CollectorRegistry, M]], registry: CollectorRegistry, build: Callable[[CollectorRegistry], M]
+) -> M:
+    """The metrics ``build`` made for ``registry``, made once (a registry refuses a second family of
+    the same name; the table is keyed by id, checked by identity: an id may be reused)."""
     with _lock:
-        found = _by_registry.get(id(registry))
+        found = table.get(id(registry))
         if found is not None and found[0] is registry:
             return found[1]
-        metrics = ControllerMetrics(
-            reconcile_total=Counter(
-                "controller_runtime_reconcile_total",
-                "Total number of reconciliations per controller",
-                ["controller", "result"],
-                registry=registry,
-            ),
-            reconcile_errors_total=Counter(
-                "controller_runtime_reconcile_errors_total",
-                "Total number of reconciliation errors per controller",
-                ["controller"],
-                registry=registry,
-            ),
-            reconcile_time_seconds=Histogram(
-                "controller_runtime_reconcile_time_seconds",
-                "Length of time per reconciliation per controller",
-                ["controller"],
-                buckets=RECONCILE_BUCKETS,
-                registry=registry,
-            ),
-            active_workers=Gauge(
-                "controller_runtime_active_workers",
-                "Number of currently used workers per controller",
-                ["controller"],
-                registry=registry,
-            ),
-            max_concurrent_reconciles=Gauge(
-                "controller_runtime_max_concurrent_reconciles",
-                "Maximum number of concurrent reconciles per controller",
-                ["controller"],
-                registry=registry,
-            ),
-            queue_depth=Gauge(
-                "workqueue_depth", "Current depth of workqueue", ["controller", "name"], registry=registry
-            ),
-            queue_adds_total=Counter(
-                "workqueue_adds_total",
-                "Total number of adds handled by workqueue",
-                ["controller", "name"],
-                registry=registry,
-            ),
-            queue_retries_total=Counter(
-                "workqueue_retries_total",
-                "Total number of retries handled by workqueue",
-                ["controller", "name"],
-                registry=registry,
-            ),
-            skipped_total=Counter(
-                "runnerscale_controller_skipped_total",
-                "Keys skipped because another replica owns them",
-                ["controller"],
-                registry=registry,
-            ),
-            conflicts_total=Counter(
-                "runnerscale_controller_conflicts_total",
-                "Writes answered 409 Conflict: the reconcile re-read and decided again",
-                ["controller"],
-                registry=registry,
-            ),
-            repeated_patches_total=Counter(
-                "runnerscale_reconcile_repeated_patches_total",
-                "Objects one reconcile attempt patched more than once in the same part (metadata/spec or"
-                " status); the rule is one patch per part",
-                ["controller"],
-                registry=registry,
-            ),
-        )
-        _by_registry[id(registry)] = (registry, metrics)
+        metrics = build(registry)
+        table[id(registry)] = (registry, metrics)
         return metrics
+
+
+def controller_metrics(registry: CollectorRegistry | None = None) -> ControllerMetrics:
+    return _one_per_registry(_by_registry, registry or REGISTRY, _build_controller_metrics)
+
+
+def _build_controller_metrics(registry: CollectorRegistry) -> ControllerMetrics:
+    return ControllerMetrics(
+        reconcile_total=Counter(
+            "controller_runtime_reconcile_total",
+            "Total number of reconciliations per controller",
+            ["controller", "result"],
+            registry=registry,
+        ),
+        reconcile_errors_total=Counter(
+            "controller_runtime_reconcile_errors_total",
+            "Total number of reconciliation errors per controller",
+            ["controller"],
+            registry=registry,
+        ),
+        reconcile_time_seconds=Histogram(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            ["controller"],
+            buckets=RECONCILE_BUCKETS,
+            registry=registry,
+        ),
+        active_workers=Gauge(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            ["controller"],
+            registry=registry,
+        ),
+        max_concurrent_reconciles=Gauge(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            ["controller"],
+            registry=registry,
+        ),
+        queue_depth=Gauge("workqueue_depth", "Current depth of workqueue", ["controller", "name"], registry=registry),
+        queue_adds_total=Counter(
+            "workqueue_adds_total",
+            "Total number of adds handled by workqueue",
+            ["controller", "name"],
+            registry=registry,
+        ),
+        queue_retries_total=Counter(
+            "workqueue_retries_total",
+            "Total number of retries handled by workqueue",
+            ["controller", "name"],
+            registry=registry,
+        ),
+        skipped_total=Counter(
+            "runnerscale_controller_skipped_total",
+            "Keys skipped because another replica owns them",
+            ["controller"],
+            registry=registry,
+        ),
+        conflicts_total=Counter(
+            "runnerscale_controller_conflicts_total",
+            "Writes answered 409 Conflict: the reconcile re-read and decided again",
+            ["controller"],
+            registry=registry,
+        ),
+        repeated_patches_total=Counter(
+            "runnerscale_reconcile_repeated_patches_total",
+            "Objects one reconcile attempt patched more than once in the same part (metadata/spec or"
+            " status); the rule is one patch per part",
+            ["controller"],
+            registry=registry,
+        ),
+    )
 
 
 #: Client-side rate-limit waits: 0 (most requests) up to the seconds a burst of thousands queues.
@@ -156,11 +169,5 @@ _client_by_registry: dict[int, tuple[CollectorRegistry, KubeClientMetrics]] = {}
 
 
 def kube_client_metrics(registry: CollectorRegistry) -> KubeClientMetrics:
-    """The one set per registry (a process's clients share it; a registry refuses a second)."""
-    with _lock:
-        found = _client_by_registry.get(id(registry))
-        if found is not None and found[0] is registry:
-            return found[1]
-        metrics = KubeClientMetrics(registry)
-        _client_by_registry[id(registry)] = (registry, metrics)
-        return metrics
+    """The one set per registry (a process's clients share it)."""
+    return _one_per_registry(_client_by_registry, registry, KubeClientMetrics)
